@@ -1,0 +1,39 @@
+# SPDX-License-Identifier: GPL-2.0-only
+#
+# make              build the module (for KERNEL) and the userspace tools
+# make check        install what is needed, build, boot guests, run every test
+#                   against stock type1 and foliomap; ends "N passed, N failed"
+# make bench        the seed's table, stock and foliomap side by side in a guest
+#
+KERNEL ?= 6.12
+
+# Resolved lazily: the kernel may only be installed by vm/install-deps.
+KVER = $(shell vm/kver $(KERNEL))
+
+all: module tools
+
+deps:
+	vm/install-deps $(KERNEL)
+
+module:
+	@test -n "$(KVER)" || { echo "no Debian $(KERNEL) kernel installed: run make deps" >&2; exit 1; }
+	$(MAKE) -C kmod KVER=$(KVER)
+
+tools:
+	$(MAKE) -C tools
+	$(MAKE) -C tests
+
+check: deps
+	$(MAKE) all
+	tests/check --kernel $(KERNEL)
+
+bench: deps
+	$(MAKE) all
+	bench/run --kernel $(KERNEL)
+
+clean:
+	-$(MAKE) -C kmod clean KVER=$(KVER)
+	$(MAKE) -C tools clean
+	$(MAKE) -C tests clean
+
+.PHONY: all deps module tools check bench clean

@@ -1,0 +1,178 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * foliomap: a VFIO type1 IOMMU backend that pins, maps and unmaps memory
+ * one physically contiguous run at a time.
+ *
+ * Internal declarations shared by the module's files. Data flow:
+ *
+ *   MAP_DMA   -> ioctl.c (argument checks) -> fm_do_map() (pin.c)
+ *             -> a fm_dma linked in the tree (dma.c)
+ *             -> fm_pin_batch(): pin a batch, split it into runs (pin.c)
+ *             -> map each run in every domain, charge the batch once
+ *   UNMAP_DMA -> ioctl.c -> fm_do_unmap() (unmap.c) -> find mappings
+ *             -> unmap runs from every domain into one IOTLB gather
+ *             -> one flush -> release whole runs and uncharge
+ *
+ * Locking: iommu->lock (a mutex) protects everything reachable from a
+ * struct fm_iommu except device_list, which has its own mutex so that the
+ * dma_unmap callbacks of emulated-IOMMU devices can run without iommu->lock.
+ * Pinning takes the owning mm's mmap_lock (read) inside iommu->lock;
+ * accounting takes it for write. Nothing takes iommu->lock under mmap_lock.
+ */
+#ifndef _FOLIOMAP_H
+#define _FOLIOMAP_H
+
+#include <linux/iommu.h>
+#include <linux/list.h>
+#include <linux/mm.h>
+#include <linux/mutex.h>
+#include <linux/rbtree.h>
+#include <linux/sched.h>
+#include <linux/types.h>
+#include <linux/vfio.h>
+
+#include "compat.h"
+#include "vfio_private.h"
+
+/* Module parameters (main.c), same names and meaning as stock type1. */
+extern bool fm_allow_unsafe_interrupts;
+extern bool fm_disable_hugepages;
+extern unsigned int fm_dma_entry_limit;
+
+/* One container. */
+struct fm_iommu {
+	struct list_head	domain_list;	/* struct fm_domain */
+	struct list_head	iova_list;	/* struct fm_iova_range, sorted */
+	struct list_head	emulated_groups; /* struct fm_group, no domain */
+	struct mutex		lock;
+	struct rb_root		dma_tree;	/* struct fm_dma, by iova */
+	struct list_head	device_list;	/* struct vfio_device (emulated users) */
+	struct mutex		device_list_lock;
+	unsigned int		dma_avail;	/* entries left before -ENOSPC */
+	unsigned int		vaddr_invalid_count;
+	u64			pgsize_bitmap;	/* intersection over domains */
+	u64			num_non_pinned_groups;
+	bool			v2;
+	bool			dirty_page_tracking;
+};
+
+/* One IOMMU domain and the groups attached to it. */
+struct fm_domain {
+	struct iommu_domain	*domain;
+	struct list_head	next;
+	struct list_head	group_list;	/* struct fm_group */
+	bool			enforce_cache_coherency;
+};
+
+struct fm_group {
+	struct iommu_group	*iommu_group;
+	struct list_head	next;
+	bool			pinned_page_dirty_scope;
+};
+
+/* A usable IOVA range, inclusive at both ends. */
+struct fm_iova_range {
+	struct list_head	list;
+	dma_addr_t		start;
+	dma_addr_t		end;
+};
+
+/* One VFIO_IOMMU_MAP_DMA mapping. */
+struct fm_dma {
+	struct rb_node		node;
+	dma_addr_t		iova;
+	unsigned long		vaddr;
+	size_t			size;
+	int			prot;		/* IOMMU_READ | IOMMU_WRITE */
+	bool			iommu_mapped;	/* pinned and in every domain */
+	bool			lock_cap;	/* CAP_IPC_LOCK at map time */
+	bool			vaddr_invalid;
+	/*
+	 * Set when any pfn of this mapping was reserved or not backed by a
+	 * struct page (PFNMAP). Never cleared: a page may become reserved
+	 * after it was pinned. While clear, whole runs are unpinned at once.
+	 */
+	bool			has_rsvd;
+	struct task_struct	*task;		/* mapping task (get_task_struct) */
+	struct mm_struct	*mm;		/* its mm (mmgrab) */
+	struct rb_root		pfn_list;	/* struct fm_vpfn: external pins */
+	unsigned long		*bitmap;	/* dirty bitmap when tracking */
+	size_t			locked_vm;	/* pages charged to mm for this dma */
+};
+
+/* A page pinned through the in-kernel API (pin_pages) of an emulated device. */
+struct fm_vpfn {
+	struct rb_node		node;
+	dma_addr_t		iova;
+	unsigned long		pfn;
+	unsigned int		ref_count;
+};
+
+/* main.c */
+extern const struct vfio_iommu_driver_ops fm_driver_ops;
+
+/* dma.c: the tree of mappings */
+struct fm_dma *fm_dma_find(struct fm_iommu *iommu, dma_addr_t start, size_t size);
+struct rb_node *fm_dma_find_first_node(struct fm_iommu *iommu, dma_addr_t start,
+				       size_t size);
+void fm_dma_link(struct fm_iommu *iommu, struct fm_dma *dma);
+void fm_dma_unlink(struct fm_iommu *iommu, struct fm_dma *dma);
+
+/* iova.c: usable IOVA ranges (aperture minus reserved regions) */
+bool fm_iova_range_usable(struct fm_iommu *iommu, dma_addr_t start, dma_addr_t end);
+void fm_iova_list_free(struct list_head *iova);
+
+/* pin.c: pin, account and map */
+int fm_do_map(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_map *map);
+int fm_lock_acct(struct fm_dma *dma, long npage, bool async);
+int fm_replay(struct fm_iommu *iommu, struct fm_domain *domain);
+bool fm_pfn_is_invalid_or_reserved(unsigned long pfn);
+
+/* unmap.c: unmap, flush, then unpin */
+int fm_do_unmap(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_unmap *unmap,
+		struct vfio_bitmap *bitmap);
+void fm_dma_remove(struct fm_iommu *iommu, struct fm_dma *dma);
+void fm_unmap_unpin_all(struct fm_iommu *iommu);
+void fm_unmap_unpin_reaccount(struct fm_iommu *iommu);
+long fm_unpin_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
+		  unsigned long npage, bool do_accounting);
+
+/* external.c: emulated-IOMMU users (vpfn tree, pin_pages, dma_rw) */
+struct fm_vpfn *fm_vpfn_find(struct fm_dma *dma, dma_addr_t iova);
+unsigned long fm_vpfn_count(struct fm_dma *dma, dma_addr_t iova, unsigned long npage);
+int fm_pin_pages(void *iommu_data, struct iommu_group *group, dma_addr_t user_iova,
+		 int npage, int prot, struct page **pages);
+void fm_unpin_pages(void *iommu_data, dma_addr_t user_iova, int npage);
+int fm_dma_rw(void *iommu_data, dma_addr_t user_iova, void *data, size_t count,
+	      bool write);
+void fm_register_device(void *iommu_data, struct vfio_device *vdev);
+void fm_unregister_device(void *iommu_data, struct vfio_device *vdev);
+void fm_notify_dma_unmap(struct fm_iommu *iommu, dma_addr_t iova, size_t size);
+
+/* dirty.c: dirty page bitmaps */
+int fm_dirty_bitmap_alloc(struct fm_dma *dma, size_t pgsize);
+void fm_dirty_bitmap_free(struct fm_dma *dma);
+int fm_dirty_start(struct fm_iommu *iommu, size_t pgsize);
+void fm_dirty_stop(struct fm_iommu *iommu);
+int fm_dirty_get_bitmap(struct fm_iommu *iommu, dma_addr_t iova, size_t size,
+			size_t pgsize, u64 __user *bitmap);
+int fm_dirty_report_range(struct fm_iommu *iommu, dma_addr_t iova, size_t size,
+			  size_t pgsize, u64 __user *bitmap);
+void fm_dirty_mark_pinned(struct fm_iommu *iommu, struct fm_dma *dma,
+			  dma_addr_t iova, int npage);
+bool fm_dirty_scope_all_pinned(struct fm_iommu *iommu);
+
+/* container.c: groups and domains */
+void *fm_open(unsigned long arg);
+void fm_release(void *iommu_data);
+int fm_attach_group(void *iommu_data, struct iommu_group *group,
+		    enum vfio_group_type type);
+void fm_detach_group(void *iommu_data, struct iommu_group *group);
+struct iommu_domain *fm_group_iommu_domain(void *iommu_data, struct iommu_group *group);
+bool fm_has_emulated(struct fm_iommu *iommu);
+int fm_enforce_cache_coherency(struct fm_iommu *iommu);
+
+/* ioctl.c: the uAPI */
+long fm_ioctl(void *iommu_data, unsigned int cmd, unsigned long arg);
+
+#endif /* _FOLIOMAP_H */

@@ -1,0 +1,373 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/* Shared VFIO helpers for dma-bench and the tests; see vfio_util.h. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "vfio_util.h"
+
+#ifndef MAP_HUGE_SHIFT
+#define MAP_HUGE_SHIFT 26
+#endif
+#define MAP_HUGE_2MB (21 << MAP_HUGE_SHIFT)
+#define MAP_HUGE_1GB (30 << MAP_HUGE_SHIFT)
+
+int vu_container_open(void)
+{
+	int fd = open("/dev/vfio/vfio", O_RDWR | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	if (ioctl(fd, VFIO_GET_API_VERSION) != VFIO_API_VERSION) {
+		close(fd);
+		return -EINVAL;
+	}
+	return fd;
+}
+
+int vu_group_attach(int container, int group)
+{
+	struct vfio_group_status st = { .argsz = sizeof(st) };
+	char path[64];
+	int fd, err;
+
+	snprintf(path, sizeof(path), "/dev/vfio/%d", group);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (ioctl(fd, VFIO_GROUP_GET_STATUS, &st) < 0)
+		goto fail;
+	if (!(st.flags & VFIO_GROUP_FLAGS_VIABLE)) {
+		errno = EBUSY;
+		goto fail;
+	}
+	if (ioctl(fd, VFIO_GROUP_SET_CONTAINER, &container) < 0)
+		goto fail;
+	return fd;
+fail:
+	err = -errno;
+	close(fd);
+	return err;
+}
+
+int vu_set_iommu(int container, int type)
+{
+	return ioctl(container, VFIO_SET_IOMMU, type) < 0 ? -errno : 0;
+}
+
+int vu_container_setup(const int *groups, int ngroups, int type, int *group_fds)
+{
+	int c = vu_container_open();
+	int i, err;
+
+	if (c < 0)
+		return c;
+	for (i = 0; i < ngroups; i++) {
+		group_fds[i] = vu_group_attach(c, groups[i]);
+		if (group_fds[i] < 0) {
+			err = group_fds[i];
+			goto fail;
+		}
+		if (i == 0) {
+			err = vu_set_iommu(c, type);
+			if (err) {
+				i++;
+				goto fail;
+			}
+		}
+	}
+	return c;
+fail:
+	while (i-- > 0)
+		if (group_fds[i] >= 0)
+			close(group_fds[i]);
+	close(c);
+	return err;
+}
+
+int vu_map(int container, uint64_t iova, void *vaddr, uint64_t size, uint32_t flags)
+{
+	struct vfio_iommu_type1_dma_map m = {
+		.argsz = sizeof(m),
+		.flags = flags,
+		.vaddr = (uintptr_t)vaddr,
+		.iova = iova,
+		.size = size,
+	};
+
+	return ioctl(container, VFIO_IOMMU_MAP_DMA, &m) < 0 ? -errno : 0;
+}
+
+int vu_unmap(int container, uint64_t iova, uint64_t size, uint32_t flags,
+	     uint64_t *unmapped)
+{
+	struct vfio_iommu_type1_dma_unmap u = {
+		.argsz = sizeof(u),
+		.flags = flags,
+		.iova = iova,
+		.size = size,
+	};
+	int ret = ioctl(container, VFIO_IOMMU_UNMAP_DMA, &u) < 0 ? -errno : 0;
+
+	if (unmapped)
+		*unmapped = u.size;
+	return ret;
+}
+
+int vu_env_groups(int *groups, int max)
+{
+	const char *s = getenv("VFIO_GROUPS");
+	int n = 0;
+	char *end;
+
+	while (s && *s && n < max) {
+		long v = strtol(s, &end, 10);
+
+		if (end == s)
+			break;
+		groups[n++] = (int)v;
+		s = end;
+		while (*s == ' ')
+			s++;
+	}
+	return n;
+}
+
+int vu_env_bdfs(char bdfs[][32], int max)
+{
+	const char *s = getenv("VFIO_BDFS");
+	int n = 0;
+
+	while (s && *s && n < max) {
+		size_t len = strcspn(s, " ");
+
+		if (len && len < 32) {
+			memcpy(bdfs[n], s, len);
+			bdfs[n++][len] = '\0';
+		}
+		s += len;
+		while (*s == ' ')
+			s++;
+	}
+	return n;
+}
+
+int vu_group_of_bdf(const char *bdf)
+{
+	char path[PATH_MAX], link[PATH_MAX];
+	ssize_t len;
+	char *base;
+
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/iommu_group", bdf);
+	len = readlink(path, link, sizeof(link) - 1);
+	if (len < 0)
+		return -errno;
+	link[len] = '\0';
+	base = strrchr(link, '/');
+	return base ? atoi(base + 1) : -EINVAL;
+}
+
+static const char *const mem_names[VU_MEM_NKINDS] = {
+	[VU_MEM_THP] = "thp",
+	[VU_MEM_POPULATE] = "populate",
+	[VU_MEM_HUGETLB2M] = "hugetlb2m",
+	[VU_MEM_HUGETLB1G] = "hugetlb1g",
+	[VU_MEM_MEMFD] = "memfd",
+};
+
+const char *vu_mem_name(enum vu_mem_kind kind)
+{
+	return kind < VU_MEM_NKINDS ? mem_names[kind] : "?";
+}
+
+int vu_mem_parse(const char *name, enum vu_mem_kind *kind)
+{
+	int i;
+
+	for (i = 0; i < VU_MEM_NKINDS; i++) {
+		if (!strcmp(name, mem_names[i])) {
+			*kind = i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+static long long read_key(const char *path, const char *key)
+{
+	char line[256];
+	size_t klen = strlen(key);
+	long long v = -1;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, key, klen) &&
+		    (line[klen] == ' ' || line[klen] == ':' || line[klen] == '\t')) {
+			char *p = line + klen;
+
+			while (*p == ':' || *p == ' ' || *p == '\t')
+				p++;
+			v = strtoll(p, NULL, 10);
+			break;
+		}
+	}
+	fclose(f);
+	return v;
+}
+
+static int write_ul(const char *path, unsigned long v)
+{
+	FILE *f = fopen(path, "w");
+	int ret;
+
+	if (!f)
+		return -errno;
+	ret = fprintf(f, "%lu\n", v) < 0 ? -EIO : 0;
+	if (fclose(f) && !ret)
+		ret = -errno;
+	return ret;
+}
+
+static long long read_number(const char *path)
+{
+	long long v = -1;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return -1;
+	if (fscanf(f, "%lld", &v) != 1)
+		v = -1;
+	fclose(f);
+	return v;
+}
+
+int vu_hugepages_reserve(unsigned long size_kb, unsigned long n)
+{
+	char free_path[192], nr_path[192];
+	long long free_pages, total;
+
+	snprintf(free_path, sizeof(free_path),
+		 "/sys/kernel/mm/hugepages/hugepages-%lukB/free_hugepages", size_kb);
+	snprintf(nr_path, sizeof(nr_path),
+		 "/sys/kernel/mm/hugepages/hugepages-%lukB/nr_hugepages", size_kb);
+	free_pages = read_number(free_path);
+	total = read_number(nr_path);
+	if (free_pages < 0 || total < 0)
+		return -ENOENT;
+	if (free_pages >= (long long)n)
+		return 0;
+	if (write_ul(nr_path, total + (n - free_pages)))
+		return -EPERM;
+	return read_number(free_path) >= (long long)n ? 0 : -ENOMEM;
+}
+
+void *vu_mem_alloc(enum vu_mem_kind kind, size_t size)
+{
+	int prot = PROT_READ | PROT_WRITE;
+	size_t step = 4096, off;
+	void *p = MAP_FAILED;
+	int fd, err;
+
+	switch (kind) {
+	case VU_MEM_THP:
+		/* 2M-align so every folio can be a THP. */
+		p = mmap(NULL, size + (2UL << 20), prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p != MAP_FAILED) {
+			uintptr_t a = ((uintptr_t)p + (2UL << 20) - 1) & ~((2UL << 20) - 1);
+			size_t head = a - (uintptr_t)p;
+
+			if (head)
+				munmap(p, head);
+			munmap((char *)a + size, (2UL << 20) - head);
+			p = (void *)a;
+			madvise(p, size, MADV_HUGEPAGE);
+		}
+		break;
+	case VU_MEM_POPULATE:
+		p = mmap(NULL, size, prot, MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+		break;
+	case VU_MEM_HUGETLB2M:
+	case VU_MEM_HUGETLB1G: {
+		unsigned long kb = kind == VU_MEM_HUGETLB2M ? 2048 : 1048576;
+
+		step = kb * 1024;
+		if (size % step) {
+			errno = EINVAL;
+			return NULL;
+		}
+		err = vu_hugepages_reserve(kb, size / step);
+		if (err) {
+			errno = -err;
+			return NULL;
+		}
+		p = mmap(NULL, size, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB |
+			 (kind == VU_MEM_HUGETLB2M ? MAP_HUGE_2MB : MAP_HUGE_1GB), -1, 0);
+		break;
+	}
+	case VU_MEM_MEMFD:
+		fd = memfd_create("foliomap", MFD_CLOEXEC);
+		if (fd < 0)
+			return NULL;
+		if (ftruncate(fd, size) == 0)
+			p = mmap(NULL, size, prot, MAP_SHARED, fd, 0);
+		err = errno;
+		close(fd);
+		errno = err;
+		break;
+	default:
+		errno = EINVAL;
+		return NULL;
+	}
+	if (p == MAP_FAILED)
+		return NULL;
+	/* One write a page: faulting dominates under TCG, memset is slower. */
+	for (off = 0; off < size; off += step)
+		((volatile char *)p)[off] = 1;
+	return p;
+}
+
+void vu_mem_free(void *p, size_t size)
+{
+	if (p)
+		munmap(p, size);
+}
+
+int vu_counters_read(struct vu_counters *c)
+{
+	c->foll_pin_acquired = read_key("/proc/vmstat", "nr_foll_pin_acquired");
+	c->foll_pin_released = read_key("/proc/vmstat", "nr_foll_pin_released");
+	c->vmlck_kb = read_key("/proc/self/status", "VmLck");
+	if (c->foll_pin_acquired < 0 || c->foll_pin_released < 0 || c->vmlck_kb < 0)
+		return -ENOENT;
+	return 0;
+}
+
+long long vu_pins_outstanding(const struct vu_counters *before,
+			      const struct vu_counters *after)
+{
+	return (after->foll_pin_acquired - after->foll_pin_released) -
+	       (before->foll_pin_acquired - before->foll_pin_released);
+}
+
+const char *vu_backend_name(void)
+{
+	return access("/sys/module/foliomap", F_OK) == 0 ? "foliomap" : "stock";
+}
+
+double vu_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}

@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Small VFIO helpers shared by dma-bench and the tests: containers, groups,
+ * MAP/UNMAP wrappers that return -errno, memory of each kind the benchmark
+ * and tests use, and the pin/locked-memory counters that must balance.
+ */
+#ifndef FOLIOMAP_VFIO_UTIL_H
+#define FOLIOMAP_VFIO_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <linux/vfio.h>
+
+/* Open /dev/vfio/vfio and check the API version; -errno on failure. */
+int vu_container_open(void);
+/* Open /dev/vfio/<group>, check it is viable, add it to container. */
+int vu_group_attach(int container, int group);
+/* VFIO_SET_IOMMU; type is VFIO_TYPE1_IOMMU or VFIO_TYPE1v2_IOMMU. */
+int vu_set_iommu(int container, int type);
+/* Container with the given groups attached and the IOMMU type set. */
+int vu_container_setup(const int *groups, int ngroups, int type, int *group_fds);
+
+int vu_map(int container, uint64_t iova, void *vaddr, uint64_t size, uint32_t flags);
+/* Returns -errno; *unmapped (if not NULL) receives the size the kernel reported. */
+int vu_unmap(int container, uint64_t iova, uint64_t size, uint32_t flags,
+	     uint64_t *unmapped);
+
+/* Groups and PCI addresses exported by vm/run (VFIO_GROUPS, VFIO_BDFS). */
+int vu_env_groups(int *groups, int max);
+int vu_env_bdfs(char bdfs[][32], int max);
+/* IOMMU group number of a PCI device such as 0000:00:03.0, or -errno. */
+int vu_group_of_bdf(const char *bdf);
+
+/* Memory kinds, as in the seed's benchmark. */
+enum vu_mem_kind {
+	VU_MEM_THP,		/* private anonymous + MADV_HUGEPAGE */
+	VU_MEM_POPULATE,	/* MAP_SHARED anonymous + MAP_POPULATE: 4K shmem */
+	VU_MEM_HUGETLB2M,	/* 2M hugetlbfs pages */
+	VU_MEM_HUGETLB1G,	/* 1G hugetlbfs pages */
+	VU_MEM_MEMFD,		/* memfd_create, shared mapping */
+	VU_MEM_NKINDS,
+};
+const char *vu_mem_name(enum vu_mem_kind kind);
+int vu_mem_parse(const char *name, enum vu_mem_kind *kind);
+/*
+ * Map size bytes of the kind and fault in every page (one write a page).
+ * Returns NULL with errno set; hugetlb kinds try to reserve pages first.
+ */
+void *vu_mem_alloc(enum vu_mem_kind kind, size_t size);
+void vu_mem_free(void *p, size_t size);
+/* Make sure n free hugepages of size_kb exist (writes nr_hugepages). */
+int vu_hugepages_reserve(unsigned long size_kb, unsigned long n);
+
+/* Counters that every test and benchmark loop checks for balance. */
+struct vu_counters {
+	long long foll_pin_acquired;	/* /proc/vmstat nr_foll_pin_acquired */
+	long long foll_pin_released;	/* /proc/vmstat nr_foll_pin_released */
+	long long vmlck_kb;		/* VmLck of this process */
+};
+int vu_counters_read(struct vu_counters *c);
+/* Pages pinned and still not released since "before" (may be negative). */
+long long vu_pins_outstanding(const struct vu_counters *before,
+			      const struct vu_counters *after);
+
+/* Currently active backend, from /sys/module: "foliomap" or "stock". */
+const char *vu_backend_name(void);
+
+double vu_now(void);	/* CLOCK_MONOTONIC_RAW seconds */
+
+#endif
