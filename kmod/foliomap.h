@@ -118,17 +118,36 @@ struct rb_node *fm_dma_find_first_node(struct fm_iommu *iommu, dma_addr_t start,
 void fm_dma_link(struct fm_iommu *iommu, struct fm_dma *dma);
 void fm_dma_unlink(struct fm_iommu *iommu, struct fm_dma *dma);
 
-/* iova.c: usable IOVA ranges (aperture minus reserved regions) */
+/*
+ * iova.c: usable IOVA ranges (aperture minus reserved regions). All but the
+ * list-only helpers need iommu->lock held.
+ */
 bool fm_iova_range_usable(struct fm_iommu *iommu, dma_addr_t start, dma_addr_t end);
 void fm_iova_list_free(struct list_head *iova);
+int fm_iova_list_copy(struct fm_iommu *iommu, struct list_head *copy);
+void fm_iova_list_replace(struct fm_iommu *iommu, struct list_head *list);
+bool fm_iova_aperture_conflict(struct fm_iommu *iommu, dma_addr_t start, dma_addr_t end);
+bool fm_iova_resv_conflict(struct fm_iommu *iommu, struct list_head *resv);
+int fm_iova_clamp(struct list_head *list, dma_addr_t start, dma_addr_t end);
+int fm_iova_exclude_resv(struct list_head *list, struct list_head *resv);
+void fm_iova_rebuild(struct fm_iommu *iommu);
+void fm_resv_list_free(struct list_head *resv);
 
 /* pin.c: pin, account and map */
 int fm_do_map(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_map *map);
 int fm_lock_acct(struct fm_dma *dma, long npage, bool async);
+/*
+ * fm_do_map takes iommu->lock itself. fm_replay is called with iommu->lock
+ * held and @domain not yet on domain_list; on failure it leaves nothing
+ * mapped in @domain and nothing pinned on its behalf.
+ */
 int fm_replay(struct fm_iommu *iommu, struct fm_domain *domain);
 bool fm_pfn_is_invalid_or_reserved(unsigned long pfn);
 
-/* unmap.c: unmap, flush, then unpin */
+/*
+ * unmap.c: unmap, flush, then unpin. fm_do_unmap takes iommu->lock itself;
+ * fm_unmap_unpin_all/reaccount are called with it held (detach, release).
+ */
 int fm_do_unmap(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_unmap *unmap,
 		struct vfio_bitmap *bitmap);
 void fm_dma_remove(struct fm_iommu *iommu, struct fm_dma *dma);
@@ -149,7 +168,16 @@ void fm_register_device(void *iommu_data, struct vfio_device *vdev);
 void fm_unregister_device(void *iommu_data, struct vfio_device *vdev);
 void fm_notify_dma_unmap(struct fm_iommu *iommu, dma_addr_t iova, size_t size);
 
-/* dirty.c: dirty page bitmaps */
+/*
+ * dirty.c: dirty page bitmaps. fm_dirty_start/stop/get_bitmap take
+ * iommu->lock themselves; ioctl.c has checked the uAPI arguments (one flag,
+ * no wrap-around, access_ok, bitmap size, pgsize equal to the smallest IOMMU
+ * page size read under the lock, iova and size aligned to it, size != 0).
+ * fm_dirty_start is a no-op when already tracking; fm_dirty_get_bitmap
+ * returns -EINVAL when not tracking. fm_dirty_mark_all (iommu->lock held)
+ * marks every page of every mapping dirty when tracking: detach calls it
+ * when a group that could DMA anywhere leaves, as its writes are unknown.
+ */
 int fm_dirty_bitmap_alloc(struct fm_dma *dma, size_t pgsize);
 void fm_dirty_bitmap_free(struct fm_dma *dma);
 int fm_dirty_start(struct fm_iommu *iommu, size_t pgsize);
@@ -161,14 +189,20 @@ int fm_dirty_report_range(struct fm_iommu *iommu, dma_addr_t iova, size_t size,
 void fm_dirty_mark_pinned(struct fm_iommu *iommu, struct fm_dma *dma,
 			  dma_addr_t iova, int npage);
 bool fm_dirty_scope_all_pinned(struct fm_iommu *iommu);
+void fm_dirty_mark_all(struct fm_iommu *iommu);
 
-/* container.c: groups and domains */
+/*
+ * container.c: groups and domains. The driver ops take iommu->lock
+ * themselves; fm_find_group, fm_has_emulated and fm_enforce_cache_coherency
+ * need it held by the caller.
+ */
 void *fm_open(unsigned long arg);
 void fm_release(void *iommu_data);
 int fm_attach_group(void *iommu_data, struct iommu_group *group,
 		    enum vfio_group_type type);
 void fm_detach_group(void *iommu_data, struct iommu_group *group);
 struct iommu_domain *fm_group_iommu_domain(void *iommu_data, struct iommu_group *group);
+struct fm_group *fm_find_group(struct fm_iommu *iommu, struct iommu_group *iommu_group);
 bool fm_has_emulated(struct fm_iommu *iommu);
 int fm_enforce_cache_coherency(struct fm_iommu *iommu);
 
