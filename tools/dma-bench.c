@@ -1,0 +1,841 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * dma-bench: time VFIO_IOMMU_MAP_DMA and VFIO_IOMMU_UNMAP_DMA of one large
+ * buffer, per kind of memory, in the seed's output format.
+ *
+ * For each mode the buffer is allocated and faulted in once; every loop then
+ * opens a fresh container, maps the whole buffer in one MAP_DMA, unmaps it in
+ * one UNMAP_DMA and checks that every pin and every locked page went away.
+ *
+ * With --backends stock,foliomap the loops alternate between the backends
+ * (stock loop 1, foliomap loop 1, stock loop 2, ...) on the very same pages,
+ * so drift and page placement hit both alike. Before each step the
+ * --switch-cmd script is run as "sh SCRIPT BACKEND" to load or unload
+ * foliomap; the active backend is then verified from /sys/module.
+ *
+ * Exit status: 0 all good, 1 a leak or a failed ioctl, 2 usage or setup error.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "vfio_util.h"
+
+#define SZ_2M		(2ULL << 20)
+#define SZ_1G		(1ULL << 30)
+#define MAX_BACKENDS	2
+#define MAX_MODES	VU_MEM_NKINDS
+#define CAP_IPC_LOCK_BIT 14
+
+struct opts {
+	int group;
+	const char *bdf;
+	double gib;
+	int loops;
+	uint64_t iova;
+	int type;
+	enum vu_mem_kind modes[MAX_MODES];
+	int nmodes;
+	const char *backends[MAX_BACKENDS];
+	int nbackends;
+	const char *switch_cmd;
+	const char *label;
+	bool json;
+};
+
+/* The results of one backend on one mode. */
+struct series {
+	const char *backend;
+	double *map_s;
+	double *unmap_s;
+	int n;
+	long long pin_leak;	/* pages, summed over loops */
+	long long lck_leak;	/* pages, summed over loops */
+	int failures;		/* failed ioctls */
+};
+
+static FILE *human;	/* the seed-format text: stdout, or stderr with --json */
+static long page_kb;
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: dma-bench [--group N | --device BDF] [--gib G] [--loops L] [--iova ADDR]\n"
+"                 [--type1 v1|v2] [--modes thp,populate,hugetlb2m,hugetlb1g,memfd]\n"
+"                 [--backends stock,foliomap --switch-cmd SCRIPT] [--json] [--label NAME]\n"
+"\n"
+"  --group N        VFIO group to attach (default: first of $VFIO_GROUPS)\n"
+"  --device BDF     PCI device whose IOMMU group to use, e.g. 0000:00:03.0\n"
+"  --gib G          buffer size in GiB, fractions allowed, multiple of 2 MiB (default 1)\n"
+"  --loops L        map/unmap loops per mode and backend (default 5)\n"
+"  --iova ADDR      IOVA of the mapping (default 0x100000000, 4 GiB)\n"
+"  --type1 v1|v2    VFIO_TYPE1_IOMMU or VFIO_TYPE1v2_IOMMU (default v2)\n"
+"  --modes LIST     memory kinds, comma separated (default thp,populate,hugetlb2m)\n"
+"  --backends LIST  alternate these backends per loop (stock, foliomap); needs\n"
+"                   --switch-cmd unless only the active backend is named\n"
+"  --switch-cmd S   run \"sh S BACKEND\" to make BACKEND the active one\n"
+"  --json           one JSON object per mode and backend on stdout, one a line;\n"
+"                   the seed-format text then goes to stderr\n"
+"  --label NAME     add \"label\": NAME to the JSON objects\n");
+}
+
+static const char *mode_header(enum vu_mem_kind kind)
+{
+	switch (kind) {
+	case VU_MEM_THP:	return "MADV_HUGEPAGE";
+	case VU_MEM_POPULATE:	return "MAP_POPULATE";
+	case VU_MEM_HUGETLB2M:	return "HUGETLBFS";
+	case VU_MEM_HUGETLB1G:	return "HUGETLBFS 1G";
+	case VU_MEM_MEMFD:	return "MEMFD";
+	default:		return "?";
+	}
+}
+
+static long long read_meminfo_kb(const char *path, const char *key)
+{
+	size_t klen = strlen(key);
+	long long v = -1;
+	char line[256];
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, key, klen) && line[klen] == ':') {
+			v = strtoll(line + klen + 1, NULL, 10);
+			break;
+		}
+	}
+	fclose(f);
+	return v;
+}
+
+static long long read_ll(const char *path)
+{
+	long long v = -1;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return -1;
+	if (fscanf(f, "%lld", &v) != 1)
+		v = -1;
+	fclose(f);
+	return v;
+}
+
+static int write_ll(const char *path, long long v)
+{
+	FILE *f = fopen(path, "w");
+	int ret;
+
+	if (!f)
+		return -errno;
+	ret = fprintf(f, "%lld\n", v) < 0 ? -EIO : 0;
+	if (fclose(f) && !ret)
+		ret = -errno;
+	return ret;
+}
+
+/*
+ * The pin counters are per-cpu node counters folded lazily (up to the
+ * vmstat threshold per cpu): fold them first, or a balanced run can look
+ * like a leak of a few dozen pages. Needs root; harmless without.
+ */
+static int counters_read(struct vu_counters *c)
+{
+	int fd = open("/proc/sys/vm/stat_refresh", O_WRONLY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		if (write(fd, "1\n", 2) < 0) {
+			/* A negative counter elsewhere is reported as EINVAL: not ours. */
+		}
+		close(fd);
+	}
+	return vu_counters_read(c);
+}
+
+static bool has_cap_ipc_lock(void)
+{
+	char line[256];
+	bool cap = false;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	if (!f)
+		return geteuid() == 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long eff;
+
+		if (sscanf(line, "CapEff: %llx", &eff) == 1) {
+			cap = eff & (1ULL << CAP_IPC_LOCK_BIT);
+			break;
+		}
+	}
+	fclose(f);
+	return cap;
+}
+
+/* type1 charges every pinned page to RLIMIT_MEMLOCK unless CAP_IPC_LOCK. */
+static int check_memlock(uint64_t size)
+{
+	struct rlimit rl;
+
+	if (has_cap_ipc_lock())
+		return 0;
+	if (getrlimit(RLIMIT_MEMLOCK, &rl))
+		return 0;
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= size)
+		return 0;
+	if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= size) {
+		rl.rlim_cur = size;
+		if (!setrlimit(RLIMIT_MEMLOCK, &rl))
+			return 0;
+	}
+	fprintf(stderr,
+		"dma-bench: RLIMIT_MEMLOCK is %llu KiB but mapping %" PRIu64 " KiB needs as much:\n"
+		"  run as root (CAP_IPC_LOCK), or raise the limit first: ulimit -l unlimited\n"
+		"  (or a 'memlock' line in /etc/security/limits.conf)\n",
+		(unsigned long long)rl.rlim_cur / 1024, size / 1024);
+	return -ENOMEM;
+}
+
+/* Is [iova, iova + size) inside one of the container's usable IOVA ranges? */
+static int check_iova(int container, uint64_t iova, uint64_t size)
+{
+	struct vfio_iommu_type1_info *info;
+	struct vfio_info_cap_header *hdr;
+	size_t argsz = sizeof(*info);
+	uint32_t off;
+	int ret = -ERANGE;
+
+	info = calloc(1, argsz);
+	if (!info)
+		return -ENOMEM;
+	info->argsz = argsz;
+	if (ioctl(container, VFIO_IOMMU_GET_INFO, info) < 0)
+		goto fail_errno;
+	if (info->argsz > argsz) {
+		argsz = info->argsz;
+		free(info);
+		info = calloc(1, argsz);
+		if (!info)
+			return -ENOMEM;
+		info->argsz = argsz;
+		if (ioctl(container, VFIO_IOMMU_GET_INFO, info) < 0)
+			goto fail_errno;
+	}
+	if (!(info->flags & VFIO_IOMMU_INFO_CAPS) || !info->cap_offset) {
+		free(info);
+		return 0;	/* no ranges reported: let MAP_DMA decide */
+	}
+	for (off = info->cap_offset; off && off + sizeof(*hdr) <= argsz; off = hdr->next) {
+		struct vfio_iommu_type1_info_cap_iova_range *cap;
+		uint32_t i;
+
+		hdr = (void *)((char *)info + off);
+		if (hdr->id != VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE)
+			continue;
+		cap = (void *)hdr;
+		for (i = 0; i < cap->nr_iovas; i++)
+			if (iova >= cap->iova_ranges[i].start &&
+			    iova + size - 1 <= cap->iova_ranges[i].end)
+				ret = 0;
+		if (ret) {
+			fprintf(stderr, "dma-bench: IOVA 0x%" PRIx64 "-0x%" PRIx64
+				" is outside the usable ranges:\n", iova, iova + size - 1);
+			for (i = 0; i < cap->nr_iovas; i++)
+				fprintf(stderr, "  0x%llx-0x%llx\n",
+					(unsigned long long)cap->iova_ranges[i].start,
+					(unsigned long long)cap->iova_ranges[i].end);
+			fprintf(stderr, "  pick one with --iova\n");
+		}
+		free(info);
+		return ret;
+	}
+	free(info);
+	return 0;
+fail_errno:
+	ret = -errno;
+	free(info);
+	return ret;
+}
+
+static void explain_group_error(int group, int err)
+{
+	fprintf(stderr, "dma-bench: cannot use VFIO group %d: %s\n", group, strerror(-err));
+	switch (-err) {
+	case ENOENT:
+		fprintf(stderr, "  /dev/vfio/%d does not exist: bind the device to vfio-pci\n"
+			"  (echo vfio-pci > /sys/bus/pci/devices/BDF/driver_override, unbind,\n"
+			"  echo BDF > /sys/bus/pci/drivers_probe); see ls /dev/vfio\n", group);
+		break;
+	case EBUSY:
+		fprintf(stderr, "  the group is not viable (every device in it must be bound to\n"
+			"  vfio-pci or to no driver) or it is already in use by another container\n");
+		break;
+	case EACCES:
+	case EPERM:
+		fprintf(stderr, "  no permission on /dev/vfio/%d: run as root or chown it\n", group);
+		break;
+	case ENODEV:
+		fprintf(stderr, "  no IOMMU backend accepts this type: is vfio_iommu_type1 loaded?\n"
+			"  (modprobe vfio_iommu_type1); is the IOMMU on (intel_iommu=on)?\n");
+		break;
+	}
+}
+
+/* A fresh container with the group attached and the IOMMU type set. */
+static int open_container(const struct opts *o, int *group_fd)
+{
+	int c = vu_container_setup(&o->group, 1, o->type, group_fd);
+
+	if (c == -ENOENT && access("/dev/vfio/vfio", F_OK)) {
+		fprintf(stderr, "dma-bench: /dev/vfio/vfio missing: load the vfio module\n");
+		return c;
+	}
+	if (c < 0)
+		explain_group_error(o->group, c);
+	return c;
+}
+
+static void close_container(int container, int group_fd)
+{
+	close(group_fd);
+	close(container);
+}
+
+static int switch_backend(const struct opts *o, const char *want)
+{
+	int status;
+	pid_t pid;
+
+	if (!strcmp(vu_backend_name(), want))
+		return 0;
+	if (!o->switch_cmd) {
+		fprintf(stderr, "dma-bench: backend %s wanted, %s active, and no --switch-cmd\n",
+			want, vu_backend_name());
+		return -EINVAL;
+	}
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (!pid) {
+		execl("/bin/sh", "sh", o->switch_cmd, want, (char *)NULL);
+		_exit(127);
+	}
+	if (waitpid(pid, &status, 0) < 0)
+		return -errno;
+	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+		fprintf(stderr, "dma-bench: '%s %s' failed (status 0x%x)\n",
+			o->switch_cmd, want, status);
+		return -EIO;
+	}
+	if (strcmp(vu_backend_name(), want)) {
+		fprintf(stderr, "dma-bench: '%s %s' ran but %s is still active\n",
+			o->switch_cmd, want, vu_backend_name());
+		return -EIO;
+	}
+	return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void stats(const double *v, int n, double *min, double *med, double *max, double *avg)
+{
+	double *s = malloc(n * sizeof(*s));
+	double sum = 0;
+	int i;
+
+	if (!s || !n) {
+		*min = *med = *max = *avg = NAN;
+		free(s);
+		return;
+	}
+	memcpy(s, v, n * sizeof(*s));
+	qsort(s, n, sizeof(*s), cmp_double);
+	for (i = 0; i < n; i++)
+		sum += s[i];
+	*min = s[0];
+	*max = s[n - 1];
+	*med = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+	*avg = sum / n;
+	free(s);
+}
+
+static double median(const double *v, int n)
+{
+	double min, med, max, avg;
+
+	stats(v, n, &min, &med, &max, &avg);
+	return med;
+}
+
+/* One step: fresh container, one MAP_DMA, one UNMAP_DMA, balance check. */
+static int one_loop(const struct opts *o, enum vu_mem_kind kind, void *buf,
+		    uint64_t size, struct series *s, int loop)
+{
+	struct vu_counters before, after;
+	uint64_t unmapped = 0;
+	long long pins, lck;
+	double t0, t1, t2;
+	int c, gfd, err;
+
+	c = open_container(o, &gfd);
+	if (c < 0)
+		return c;
+	if (loop == 0) {
+		err = check_iova(c, o->iova, size);
+		if (err) {
+			close_container(c, gfd);
+			return err;
+		}
+	}
+	if (counters_read(&before)) {
+		fprintf(stderr, "dma-bench: cannot read /proc/vmstat nr_foll_pin_* or VmLck\n");
+		close_container(c, gfd);
+		return -ENOENT;
+	}
+
+	t0 = vu_now();
+	err = vu_map(c, o->iova, buf, size, VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE);
+	t1 = vu_now();
+	if (err) {
+		fprintf(stderr, "dma-bench: ERROR: %s %s loop %d: MAP_DMA failed: %s\n",
+			s->backend, vu_mem_name(kind), loop + 1, strerror(-err));
+		if (err == -ENOMEM)
+			fprintf(stderr, "  over RLIMIT_MEMLOCK? run as root or ulimit -l unlimited\n");
+		s->failures++;
+		close_container(c, gfd);
+		return err;
+	}
+	err = vu_unmap(c, o->iova, size, 0, &unmapped);
+	t2 = vu_now();
+	if (err || unmapped != size) {
+		fprintf(stderr, "dma-bench: ERROR: %s %s loop %d: UNMAP_DMA %s, %" PRIu64
+			" of %" PRIu64 " bytes unmapped\n", s->backend, vu_mem_name(kind),
+			loop + 1, err ? strerror(-err) : "short", unmapped, size);
+		s->failures++;
+	}
+	close_container(c, gfd);
+
+	if (counters_read(&after))
+		return -ENOENT;
+	pins = vu_pins_outstanding(&before, &after);
+	lck = (after.vmlck_kb - before.vmlck_kb) / page_kb;
+	if (pins || lck) {
+		fprintf(stderr, "dma-bench: ERROR: %s %s loop %d: after UNMAP_DMA %lld pages "
+			"still pinned, %lld pages still locked (VmLck)\n", s->backend,
+			vu_mem_name(kind), loop + 1, pins, lck);
+		s->pin_leak += pins;
+		s->lck_leak += lck;
+	}
+	s->map_s[s->n] = t1 - t0;
+	s->unmap_s[s->n] = t2 - t1;
+	s->n++;
+	return err;
+}
+
+static void print_summary(const struct opts *o, enum vu_mem_kind kind, const struct series *s)
+{
+	double mn, md, mx, av, umn, umd, umx, uav;
+
+	if (!s->n)
+		return;
+	stats(s->map_s, s->n, &mn, &md, &mx, &av);
+	stats(s->unmap_s, s->n, &umn, &umd, &umx, &uav);
+	fprintf(human, "# %s, %s, %g GiB, %d loops\n", s->backend, vu_mem_name(kind),
+		o->gib, s->n);
+	fprintf(human, "------- AVERAGE (%s) --------\n", mode_header(kind));
+	fprintf(human, "VFIO MAP DMA in %.3f s (%.1f GB/s)\n", av, o->gib / av);
+	fprintf(human, "VFIO UNMAP DMA in %.3f s (%.1f GB/s)\n", uav, o->gib / uav);
+	fprintf(human, "MAP   min %.4f median %.4f max %.4f s\n", mn, md, mx);
+	fprintf(human, "UNMAP min %.4f median %.4f max %.4f s\n", umn, umd, umx);
+	fflush(human);
+}
+
+static void print_array(const double *v, int n)
+{
+	int i;
+
+	putchar('[');
+	for (i = 0; i < n; i++)
+		printf("%s%.6f", i ? ", " : "", v[i]);
+	putchar(']');
+}
+
+static void print_json(const struct opts *o, enum vu_mem_kind kind, const struct series *s)
+{
+	printf("{\"backend\": \"%s\", ", s->backend);
+	if (o->label)
+		printf("\"label\": \"%s\", ", o->label);
+	printf("\"mode\": \"%s\", \"gib\": %g, \"loops\": %d, \"map_s\": ",
+	       vu_mem_name(kind), o->gib, s->n);
+	print_array(s->map_s, s->n);
+	printf(", \"unmap_s\": ");
+	print_array(s->unmap_s, s->n);
+	printf(", \"map_median_s\": %.6f, \"unmap_median_s\": %.6f, "
+	       "\"pin_leak_pages\": %lld, \"locked_vm_leak_pages\": %lld}\n",
+	       s->n ? median(s->map_s, s->n) : 0.0, s->n ? median(s->unmap_s, s->n) : 0.0,
+	       s->pin_leak, s->lck_leak);
+	fflush(stdout);
+}
+
+/* Refuse early rather than let the OOM killer end the run. */
+static int check_free_memory(enum vu_mem_kind kind, uint64_t size)
+{
+	long long avail = read_meminfo_kb("/proc/meminfo", "MemAvailable");
+
+	if (kind == VU_MEM_HUGETLB2M || kind == VU_MEM_HUGETLB1G || avail < 0)
+		return 0;
+	if ((uint64_t)avail * 1024 < size + (64ULL << 20)) {
+		fprintf(stderr, "dma-bench: not enough memory for %s: %" PRIu64 " MiB wanted, "
+			"%lld MiB available; give the guest more (vm/run --mem) or use --gib\n",
+			vu_mem_name(kind), size >> 20, avail >> 10);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static void hugepage_paths(enum vu_mem_kind kind, char *nr, char *fr, size_t len)
+{
+	unsigned long kb = kind == VU_MEM_HUGETLB1G ? 1048576 : 2048;
+
+	snprintf(nr, len, "/sys/kernel/mm/hugepages/hugepages-%lukB/nr_hugepages", kb);
+	snprintf(fr, len, "/sys/kernel/mm/hugepages/hugepages-%lukB/free_hugepages", kb);
+}
+
+/*
+ * Returns 0 done, 1 skipped, <0 setup error (exit 2). Leaks and failed
+ * ioctls are reported and set *bad.
+ */
+static int run_mode(const struct opts *o, enum vu_mem_kind kind, uint64_t size, int *bad)
+{
+	struct series s[MAX_BACKENDS] = { 0 };
+	bool huge = kind == VU_MEM_HUGETLB2M || kind == VU_MEM_HUGETLB1G;
+	char nr_path[128], free_path[128];
+	long long nr_before = -1;
+	int i, b, loop, ret = 0;
+	void *buf;
+	double t;
+
+	if (kind == VU_MEM_HUGETLB1G && size % SZ_1G) {
+		fprintf(human, "# hugetlb1g skipped: %g GiB is not a whole number of 1G pages\n",
+			o->gib);
+		return 1;
+	}
+	if (check_free_memory(kind, size))
+		return -ENOMEM;
+	if (huge) {
+		hugepage_paths(kind, nr_path, free_path, sizeof(nr_path));
+		nr_before = read_ll(nr_path);
+	}
+
+	t = vu_now();
+	buf = vu_mem_alloc(kind, size);
+	if (!buf) {
+		int err = errno;
+		unsigned long long n = size / (kind == VU_MEM_HUGETLB1G ? SZ_1G : SZ_2M);
+
+		if (huge) {
+			long long fr = read_ll(free_path);
+
+			if (nr_before >= 0)
+				write_ll(nr_path, nr_before);
+			if (kind == VU_MEM_HUGETLB1G) {
+				fprintf(human, "# hugetlb1g skipped: cannot reserve %llu 1G pages "
+					"(%s, %lld free): boot with hugepagesz=1G hugepages=%llu "
+					"or give the guest more memory\n", n, strerror(err),
+					fr < 0 ? 0 : fr, n);
+				return 1;
+			}
+			fprintf(stderr, "dma-bench: cannot reserve %llu 2M hugepages (%s, %lld "
+				"free): give the guest more memory or use a smaller --gib\n",
+				n, strerror(err), fr < 0 ? 0 : fr);
+			return -ENOMEM;
+		}
+		fprintf(stderr, "dma-bench: cannot allocate %" PRIu64 " MiB of %s: %s\n",
+			size >> 20, vu_mem_name(kind), strerror(err));
+		return -ENOMEM;
+	}
+	fprintf(human, "# %s: %" PRIu64 " MiB faulted in %.2f s", vu_mem_name(kind),
+		size >> 20, vu_now() - t);
+	if (kind == VU_MEM_THP) {
+		long long thp = read_meminfo_kb("/proc/self/smaps_rollup", "AnonHugePages");
+
+		if (thp >= 0)
+			fprintf(human, ", %lld%% THP", thp * 1024 * 100 / (long long)size);
+		if (thp >= 0 && (uint64_t)thp * 1024 < size / 2)
+			fprintf(human, " (WARNING: THP mostly missing, check "
+				"/sys/kernel/mm/transparent_hugepage/enabled)");
+	}
+	fprintf(human, "\n");
+
+	for (b = 0; b < o->nbackends; b++) {
+		s[b].backend = o->backends[b];
+		s[b].map_s = calloc(o->loops, sizeof(double));
+		s[b].unmap_s = calloc(o->loops, sizeof(double));
+		if (!s[b].map_s || !s[b].unmap_s) {
+			ret = -ENOMEM;
+			goto out;
+		}
+	}
+
+	for (loop = 0; loop < o->loops; loop++) {
+		for (b = 0; b < o->nbackends; b++) {
+			int err;
+
+			if (o->nbackends > 1 || o->switch_cmd) {
+				err = switch_backend(o, o->backends[b]);
+				if (err) {
+					ret = err;
+					goto out;
+				}
+			}
+			err = one_loop(o, kind, buf, size, &s[b], loop);
+			/* Setup errors (no group, bad IOVA) stop; ioctl failures are counted. */
+			if (err && !s[b].failures) {
+				ret = err;
+				goto out;
+			}
+		}
+	}
+out:
+	for (b = 0; b < o->nbackends; b++) {
+		print_summary(o, kind, &s[b]);
+		if (o->json && s[b].n)
+			print_json(o, kind, &s[b]);
+		if (s[b].pin_leak || s[b].lck_leak || s[b].failures)
+			*bad = 1;
+	}
+	for (i = 0; i < o->nbackends; i++) {
+		free(s[i].map_s);
+		free(s[i].unmap_s);
+	}
+	vu_mem_free(buf, size);
+	if (huge && nr_before >= 0)
+		write_ll(nr_path, nr_before);	/* give the pool back for the next modes */
+	return ret;
+}
+
+static int parse_modes(struct opts *o, const char *arg)
+{
+	char *dup = strdup(arg), *tok, *save = NULL;
+
+	o->nmodes = 0;
+	for (tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (o->nmodes == MAX_MODES || vu_mem_parse(tok, &o->modes[o->nmodes])) {
+			fprintf(stderr, "dma-bench: unknown mode '%s' (thp, populate, hugetlb2m, "
+				"hugetlb1g, memfd)\n", tok);
+			free(dup);
+			return -EINVAL;
+		}
+		o->nmodes++;
+	}
+	free(dup);
+	return o->nmodes ? 0 : -EINVAL;
+}
+
+static int parse_backends(struct opts *o, const char *arg)
+{
+	char *dup = strdup(arg), *tok, *save = NULL;
+
+	o->nbackends = 0;
+	for (tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (o->nbackends == MAX_BACKENDS ||
+		    (strcmp(tok, "stock") && strcmp(tok, "foliomap"))) {
+			fprintf(stderr, "dma-bench: bad backend list '%s' (stock,foliomap)\n", arg);
+			free(dup);
+			return -EINVAL;
+		}
+		o->backends[o->nbackends++] = strcmp(tok, "stock") ? "foliomap" : "stock";
+	}
+	free(dup);
+	return o->nbackends ? 0 : -EINVAL;
+}
+
+static int resolve_group(struct opts *o)
+{
+	int groups[8];
+	char bdfs[8][32];
+
+	if (o->bdf) {
+		o->group = vu_group_of_bdf(o->bdf);
+		if (o->group < 0) {
+			fprintf(stderr, "dma-bench: no IOMMU group for %s: %s (is the IOMMU on, "
+				"does /sys/bus/pci/devices/%s exist?)\n", o->bdf,
+				strerror(-o->group), o->bdf);
+			return -ENODEV;
+		}
+		return 0;
+	}
+	if (o->group >= 0)
+		return 0;
+	if (vu_env_groups(groups, 8) > 0) {
+		o->group = groups[0];
+		return 0;
+	}
+	if (vu_env_bdfs(bdfs, 8) > 0 && (o->group = vu_group_of_bdf(bdfs[0])) >= 0)
+		return 0;
+	fprintf(stderr, "dma-bench: no device: pass --group N or --device BDF, or set "
+		"VFIO_GROUPS (vm/run does)\n");
+	return -ENODEV;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lopts[] = {
+		{ "group",	required_argument, NULL, 'g' },
+		{ "device",	required_argument, NULL, 'd' },
+		{ "gib",	required_argument, NULL, 's' },
+		{ "loops",	required_argument, NULL, 'l' },
+		{ "iova",	required_argument, NULL, 'i' },
+		{ "type1",	required_argument, NULL, 't' },
+		{ "modes",	required_argument, NULL, 'm' },
+		{ "backends",	required_argument, NULL, 'b' },
+		{ "switch-cmd",	required_argument, NULL, 'w' },
+		{ "json",	no_argument,	   NULL, 'j' },
+		{ "label",	required_argument, NULL, 'L' },
+		{ "help",	no_argument,	   NULL, 'h' },
+		{ 0 }
+	};
+	struct opts o = {
+		.group = -1, .gib = 1, .loops = 5, .iova = 4ULL << 30,
+		.type = VFIO_TYPE1v2_IOMMU,
+	};
+	int c, i, bad = 0, ret = 0;
+	uint64_t size;
+	char *end;
+
+	parse_modes(&o, "thp,populate,hugetlb2m");
+	while ((c = getopt_long(argc, argv, "g:d:s:l:i:t:m:b:w:jL:h", lopts, NULL)) != -1) {
+		switch (c) {
+		case 'g':
+			o.group = strtol(optarg, &end, 10);
+			if (*end || o.group < 0)
+				goto bad_arg;
+			break;
+		case 'd':
+			o.bdf = optarg;
+			break;
+		case 's':
+			o.gib = strtod(optarg, &end);
+			if (*end || !(o.gib > 0))
+				goto bad_arg;
+			break;
+		case 'l':
+			o.loops = strtol(optarg, &end, 10);
+			if (*end || o.loops < 1)
+				goto bad_arg;
+			break;
+		case 'i':
+			o.iova = strtoull(optarg, &end, 0);
+			if (*end)
+				goto bad_arg;
+			break;
+		case 't':
+			if (!strcmp(optarg, "v1"))
+				o.type = VFIO_TYPE1_IOMMU;
+			else if (!strcmp(optarg, "v2"))
+				o.type = VFIO_TYPE1v2_IOMMU;
+			else
+				goto bad_arg;
+			break;
+		case 'm':
+			if (parse_modes(&o, optarg))
+				return 2;
+			break;
+		case 'b':
+			if (parse_backends(&o, optarg))
+				return 2;
+			break;
+		case 'w':
+			o.switch_cmd = optarg;
+			break;
+		case 'j':
+			o.json = true;
+			break;
+		case 'L':
+			o.label = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	human = o.json ? stderr : stdout;
+	page_kb = sysconf(_SC_PAGESIZE) / 1024;
+	if (!o.nbackends) {
+		o.backends[0] = vu_backend_name();
+		o.nbackends = 1;
+	}
+
+	size = (uint64_t)llround(o.gib * SZ_1G);
+	if (!size || size % SZ_2M) {
+		fprintf(stderr, "dma-bench: --gib %g is %" PRIu64 " bytes, not a multiple of 2 MiB\n",
+			o.gib, size);
+		return 2;
+	}
+	if (o.iova % SZ_2M) {
+		fprintf(stderr, "dma-bench: --iova 0x%" PRIx64 " is not 2 MiB aligned: the "
+			"IOMMU could not use superpages\n", o.iova);
+		return 2;
+	}
+	if (resolve_group(&o) || check_memlock(size))
+		return 2;
+	/* Fail on a missing or unusable group before faulting in any memory. */
+	c = open_container(&o, &i);
+	if (c < 0)
+		return 2;
+	ret = check_iova(c, o.iova, size);
+	close_container(c, i);
+	if (ret)
+		return 2;
+	fprintf(human, "# dma-bench: group %d, %g GiB at IOVA 0x%" PRIx64 ", %d loops, type1 %s, "
+		"backends", o.group, o.gib, o.iova, o.loops,
+		o.type == VFIO_TYPE1_IOMMU ? "v1" : "v2");
+	for (i = 0; i < o.nbackends; i++)
+		fprintf(human, " %s", o.backends[i]);
+	fprintf(human, "\n");
+
+	for (i = 0; i < o.nmodes; i++) {
+		ret = run_mode(&o, o.modes[i], size, &bad);
+		if (ret < 0)
+			break;
+	}
+	if (ret < 0)
+		return 2;
+	if (bad) {
+		fprintf(stderr, "dma-bench: FAILED: leaks or failed ioctls above\n");
+		return 1;
+	}
+	return 0;
+
+bad_arg:
+	fprintf(stderr, "dma-bench: bad argument '%s'\n", optarg);
+	usage(stderr);
+	return 2;
+}
