@@ -1,0 +1,291 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * VFIO helpers for the tests, on top of tools/vfio_util.h and the harness.
+ * Anything the rig should provide and does not (groups, container) FAILS the
+ * test: only a genuine capability absence (no hugepages) may SKIP.
+ */
+#ifndef FOLIOMAP_TESTS_COMMON_H
+#define FOLIOMAP_TESTS_COMMON_H
+
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <linux/capability.h>
+
+#include "harness.h"
+
+#define SZ_4K		0x1000ULL
+#define SZ_2M		0x200000ULL
+#define SZ_1G		0x40000000ULL
+#define MSI_START	0xfee00000ULL
+#define MSI_END		0xfeefffffULL
+#define APERTURE_BITS	39
+#define APERTURE_END	((1ULL << APERTURE_BITS) - 1)
+
+/* IOVA bases used by the tests: well below the MSI window. */
+#define IOVA_A		0x10000000ULL	/* 256M */
+#define IOVA_B		0x40000000ULL	/* 1G */
+
+#define RW	(VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE)
+
+static inline bool is_foliomap(void)
+{
+	const char *b = getenv("FOLIOMAP_BACKEND");
+
+	if (b && *b)
+		return !strcmp(b, "foliomap");
+	return !strcmp(vu_backend_name(), "foliomap");
+}
+
+/*
+ * VFIO_GROUPS from vm/run: the e1000e groups first, the edu group last.
+ * Fails the test when fewer than "need" e1000e groups are exported.
+ */
+static inline int th_e1000e_groups(struct th *t, int *groups, int need)
+{
+	int all[8];
+	int n = vu_env_groups(all, 8);
+
+	if (n < need + 1)
+		FAIL("VFIO_GROUPS='%s': need %d e1000e groups and the edu group",
+		     getenv("VFIO_GROUPS") ? getenv("VFIO_GROUPS") : "", need);
+	memcpy(groups, all, need * sizeof(int));
+	return n - 1;
+}
+
+static inline int th_edu_group(struct th *t)
+{
+	int all[8];
+	int n = vu_env_groups(all, 8);
+
+	if (n < 2)
+		FAIL("VFIO_GROUPS='%s': no edu group",
+		     getenv("VFIO_GROUPS") ? getenv("VFIO_GROUPS") : "");
+	return all[n - 1];
+}
+
+/* Module that must serve new containers for the backend under test. */
+static inline const char *th_backend_module(void)
+{
+	return is_foliomap() ? "foliomap" : "vfio_iommu_type1";
+}
+
+/* Module reference count: each container served by a backend holds one. */
+static inline long th_module_refcnt(const char *mod)
+{
+	char path[128];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/module/%s/refcnt", mod);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (fscanf(f, "%ld", &v) != 1)
+		v = -1;
+	fclose(f);
+	return v;
+}
+
+/*
+ * Container with the first ngroups e1000e groups and the given type.  Fails
+ * unless the backend under test (not another registered driver) took it.
+ */
+static inline int th_container_type(struct th *t, int type, int ngroups)
+{
+	const char *mod = th_backend_module();
+	long ref0 = th_module_refcnt(mod), ref1;
+	int groups[4], gfds[4];
+	int c, i;
+
+	th_e1000e_groups(t, groups, ngroups);
+	if (ref0 < 0)
+		FAIL("module %s is not loaded", mod);
+	c = vu_container_setup(groups, ngroups, type, gfds);
+	if (c < 0)
+		FAIL("container setup (type %d, %d groups) failed: %s",
+		     type, ngroups, strerror(-c));
+	ref1 = th_module_refcnt(mod);
+	if (ref1 != ref0 + 1) {
+		th_own_fd(t, c);
+		for (i = 0; i < ngroups; i++)
+			th_own_fd(t, gfds[i]);
+		FAIL("container not served by %s (refcnt %ld -> %ld)", mod, ref0, ref1);
+	}
+	th_own_fd(t, c);
+	for (i = 0; i < ngroups; i++)
+		th_own_fd(t, gfds[i]);
+	return c;
+}
+
+/* Container of the test's type (v1/v2; v2 for plain TEST()). */
+static inline int th_container(struct th *t)
+{
+	return th_container_type(t, t->type ? t->type : VFIO_TYPE1v2_IOMMU, 1);
+}
+
+/* Memory of a kind; hugetlb that cannot be reserved SKIPs. */
+static inline void *th_mem(struct th *t, enum vu_mem_kind kind, size_t size)
+{
+	void *p = vu_mem_alloc(kind, size);
+
+	if (!p) {
+		if (kind == VU_MEM_HUGETLB2M || kind == VU_MEM_HUGETLB1G)
+			SKIP("cannot get %zu MiB of %s: %s", size >> 20,
+			     vu_mem_name(kind), strerror(errno));
+		FAIL("cannot allocate %zu MiB of %s: %s", size >> 20,
+		     vu_mem_name(kind), strerror(errno));
+	}
+	return th_own_mem(t, p, size);
+}
+
+/* Anonymous private 4K-aligned memory, every page touched. */
+static inline void *th_anon(struct th *t, size_t size)
+{
+	char *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	size_t off;
+
+	if (p == MAP_FAILED)
+		FAIL("mmap %zu: %s", size, strerror(errno));
+	for (off = 0; off < size; off += SZ_4K)
+		p[off] = 1;
+	return th_own_mem(t, p, size);
+}
+
+/* A dma_unmap with full control over argsz (used by argument checks). */
+static inline int th_unmap_raw(int c, struct vfio_iommu_type1_dma_unmap *u)
+{
+	return ioctl(c, VFIO_IOMMU_UNMAP_DMA, u) < 0 ? -errno : 0;
+}
+
+static inline int th_map_raw(int c, struct vfio_iommu_type1_dma_map *m)
+{
+	return ioctl(c, VFIO_IOMMU_MAP_DMA, m) < 0 ? -errno : 0;
+}
+
+/* VFIO_IOMMU_GET_INFO into buf (argsz = size); -errno on failure. */
+static inline int th_get_info(int c, void *buf, size_t size)
+{
+	struct vfio_iommu_type1_info *info = buf;
+
+	memset(buf, 0, size);
+	info->argsz = size;
+	return ioctl(c, VFIO_IOMMU_GET_INFO, info) < 0 ? -errno : 0;
+}
+
+/* Capability of the given id in a GET_INFO reply, or NULL. */
+static inline struct vfio_info_cap_header *
+th_find_cap(void *buf, size_t size, uint16_t id)
+{
+	struct vfio_iommu_type1_info *info = buf;
+	uint32_t off = info->cap_offset;
+	int guard = 0;
+
+	if (!(info->flags & VFIO_IOMMU_INFO_CAPS))
+		return NULL;
+	while (off && off + sizeof(struct vfio_info_cap_header) <= size &&
+	       guard++ < 32) {
+		struct vfio_info_cap_header *h = (void *)((char *)buf + off);
+
+		if (h->id == id)
+			return h;
+		off = h->next;
+	}
+	return NULL;
+}
+
+/* DMA entries still available in the container, or -errno. */
+static inline long long th_dma_avail(int c)
+{
+	char buf[4096];
+	struct vfio_iommu_type1_info_dma_avail *cap;
+	int ret = th_get_info(c, buf, sizeof(buf));
+
+	if (ret)
+		return ret;
+	cap = (void *)th_find_cap(buf, sizeof(buf), VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL);
+	return cap ? (long long)cap->avail : -ENOENT;
+}
+
+/* Module parameter of the active backend. */
+static inline void th_param_path(char *path, size_t len, const char *param)
+{
+	snprintf(path, len, "/sys/module/%s/parameters/%s",
+		 is_foliomap() ? "foliomap" : "vfio_iommu_type1", param);
+}
+
+static inline long long th_param_read(const char *param)
+{
+	char path[128];
+	long long v = -1;
+	FILE *f;
+
+	th_param_path(path, sizeof(path), param);
+	f = fopen(path, "r");
+	if (!f)
+		return -errno;
+	if (fscanf(f, "%lld", &v) != 1)
+		v = -EINVAL;
+	fclose(f);
+	return v;
+}
+
+static inline int th_param_write(const char *param, long long v)
+{
+	char path[128];
+	FILE *f;
+	int ret;
+
+	th_param_path(path, sizeof(path), param);
+	f = fopen(path, "w");
+	if (!f)
+		return -errno;
+	ret = fprintf(f, "%lld\n", v) < 0 ? -EIO : 0;
+	if (fclose(f) && !ret)
+		ret = -errno;
+	return ret;
+}
+
+/* Drop CAP_IPC_LOCK from this (already forked) test process. */
+static inline void th_drop_ipc_lock(struct th *t)
+{
+	struct __user_cap_header_struct hdr = {
+		.version = _LINUX_CAPABILITY_VERSION_3,
+	};
+	struct __user_cap_data_struct data[2];
+
+	if (syscall(SYS_capget, &hdr, data))
+		FAIL("capget: %s", strerror(errno));
+	data[0].effective &= ~(1U << CAP_IPC_LOCK);
+	data[0].permitted &= ~(1U << CAP_IPC_LOCK);
+	data[0].inheritable &= ~(1U << CAP_IPC_LOCK);
+	if (syscall(SYS_capset, &hdr, data))
+		FAIL("capset: %s", strerror(errno));
+	memset(data, 0, sizeof(data));
+	if (syscall(SYS_capget, &hdr, data) || (data[0].effective & (1U << CAP_IPC_LOCK)))
+		FAIL("CAP_IPC_LOCK still effective");
+}
+
+static inline void th_set_memlock(struct th *t, unsigned long long bytes)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_MEMLOCK, &rl))
+		FAIL("getrlimit: %s", strerror(errno));
+	rl.rlim_cur = bytes;
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < bytes)
+		rl.rlim_max = bytes;
+	if (setrlimit(RLIMIT_MEMLOCK, &rl))
+		FAIL("setrlimit(RLIMIT_MEMLOCK, %llu): %s", bytes, strerror(errno));
+}
+
+/* Map and expect success; the common case spelled out once. */
+#define MAP_OK(c, iova, p, size)	ASSERT_EQ(vu_map(c, iova, p, size, RW), 0)
+#define UNMAP_OK(c, iova, size) do {					\
+	uint64_t _done = ~0ULL;						\
+	ASSERT_EQ(vu_unmap(c, iova, size, 0, &_done), 0);		\
+	ASSERT_EQ(_done, size);						\
+} while (0)
+
+#endif
