@@ -14,4 +14,27 @@
 #error "foliomap supports Linux 6.12 (Debian 12 backports); this kernel is not supported"
 #endif
 
+#include <linux/device.h>
+#include <linux/iommu.h>
+
+/*
+ * An unmanaged paging domain for the IOMMU behind @dev, or an ERR_PTR.
+ * 6.1 allocates per bus instead (iommu_domain_alloc(dev->bus), NULL on
+ * failure), which is why this takes a device.
+ */
+static inline struct iommu_domain *fm_compat_domain_alloc(struct device *dev)
+{
+	return iommu_paging_domain_alloc(dev);
+}
+
+/*
+ * True when no device of @group can forge MSIs to another's vectors
+ * (interrupt remapping or an equivalent). 6.1 asks irq_domain_check_msi_remap()
+ * and each device's IOMMU_CAP_INTR_REMAP instead.
+ */
+static inline bool fm_compat_group_msi_isolated(struct iommu_group *group)
+{
+	return iommu_group_has_isolated_msi(group);
+}
+
 #endif /* _FOLIOMAP_COMPAT_H */

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * foliomap: module entry points, parameters and the driver-ops table.
+ *
+ * The VFIO core offers a new container to the most recently registered
+ * IOMMU driver that accepts its type, so loading foliomap after the stock
+ * vfio_iommu_type1 makes it serve every container opened from then on;
+ * unloading it hands new containers back to stock. Containers already open
+ * keep their driver (the core holds a module reference for each).
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/limits.h>
+#include <linux/module.h>
+#include <linux/moduleparam.h>
+
+#include "foliomap.h"
+
+bool fm_allow_unsafe_interrupts;
+module_param_named(allow_unsafe_interrupts, fm_allow_unsafe_interrupts, bool, 0644);
+MODULE_PARM_DESC(allow_unsafe_interrupts,
+		 "Accept groups whose MSIs are not isolated (no interrupt remapping): a device could then inject interrupts (default: no)");
+
+bool fm_disable_hugepages;
+module_param_named(disable_hugepages, fm_disable_hugepages, bool, 0644);
+MODULE_PARM_DESC(disable_hugepages,
+		 "Map every page separately, never as an IOMMU superpage (default: no)");
+
+unsigned int fm_dma_entry_limit __read_mostly = U16_MAX;
+module_param_named(dma_entry_limit, fm_dma_entry_limit, uint, 0644);
+MODULE_PARM_DESC(dma_entry_limit,
+		 "Maximum number of user DMA mappings per container, read when it is opened (default: 65535)");
+
+const struct vfio_iommu_driver_ops fm_driver_ops = {
+	.name			= "foliomap",
+	.owner			= THIS_MODULE,
+	.open			= fm_open,
+	.release		= fm_release,
+	.ioctl			= fm_ioctl,
+	.attach_group		= fm_attach_group,
+	.detach_group		= fm_detach_group,
+	.pin_pages		= fm_pin_pages,
+	.unpin_pages		= fm_unpin_pages,
+	.register_device	= fm_register_device,
+	.unregister_device	= fm_unregister_device,
+	.dma_rw			= fm_dma_rw,
+	.group_iommu_domain	= fm_group_iommu_domain,
+};
+
+static int __init fm_init(void)
+{
+	int ret;
+
+	ret = vfio_register_iommu_driver(&fm_driver_ops);
+	if (ret)
+		return ret;
+
+	pr_info("serving new VFIO type1 containers; rmmod foliomap returns them to vfio_iommu_type1\n");
+	return 0;
+}
+
+static void __exit fm_exit(void)
+{
+	vfio_unregister_iommu_driver(&fm_driver_ops);
+}
+
+module_init(fm_init);
+module_exit(fm_exit);
+
+MODULE_LICENSE("GPL");
+MODULE_AUTHOR("foliomap developers");
+MODULE_DESCRIPTION("VFIO type1 IOMMU backend that pins, maps and unmaps whole folios");
+/* Load stock first so that foliomap, registered after it, takes precedence. */
+MODULE_SOFTDEP("pre: vfio_iommu_type1");
