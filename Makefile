@@ -4,6 +4,7 @@
 # make check        install what is needed, build, boot guests, run every test
 #                   against stock type1 and foliomap; ends "N passed, N failed"
 # make bench        the seed's table, stock and foliomap side by side in a guest
+# make bench-scale  map/unmap time against buffer size, both backends (bench/README.md)
 #
 KERNEL ?= 6.12
 
@@ -31,9 +32,13 @@ bench: deps
 	$(MAKE) all
 	bench/run --kernel $(KERNEL)
 
+bench-scale: deps
+	$(MAKE) all
+	bench/scale --kernel $(KERNEL)
+
 clean:
 	-$(MAKE) -C kmod clean KVER=$(KVER)
 	$(MAKE) -C tools clean
 	$(MAKE) -C tests clean
 
-.PHONY: all deps module tools check bench clean
+.PHONY: all deps module tools check bench bench-scale clean
