@@ -38,8 +38,8 @@ void *fm_open(unsigned long arg)
 	default:
 		/*
 		 * VFIO_TYPE1_NESTING_IOMMU included: no x86 IOMMU driver of
-		 * 6.12 nests, and CHECK_EXTENSION does not offer it, so the
-		 * core hands such containers to stock type1.
+		 * 6.12 can nest. The core then tries the next driver that
+		 * accepts the type, i.e. stock type1 when it is loaded.
 		 */
 		return ERR_PTR(-EINVAL);
 	}
