@@ -143,6 +143,8 @@ int fm_lock_acct(struct fm_dma *dma, long npage, bool async);
  */
 int fm_replay(struct fm_iommu *iommu, struct fm_domain *domain);
 bool fm_pfn_is_invalid_or_reserved(unsigned long pfn);
+/* One pfn of dma->mm for pin_pages; the caller holds a reference on the mm. */
+int fm_pin_one(struct fm_dma *dma, unsigned long vaddr, unsigned long *pfn);
 
 /*
  * unmap.c: unmap, flush, then unpin. fm_do_unmap takes iommu->lock itself;
@@ -151,6 +153,9 @@ bool fm_pfn_is_invalid_or_reserved(unsigned long pfn);
 int fm_do_unmap(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_unmap *unmap,
 		struct vfio_bitmap *bitmap);
 void fm_dma_remove(struct fm_iommu *iommu, struct fm_dma *dma);
+/* Empty the first @size bytes of @dma from @domain alone, then unpin them. */
+void fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *domain,
+			   size_t size, bool do_accounting);
 void fm_unmap_unpin_all(struct fm_iommu *iommu);
 void fm_unmap_unpin_reaccount(struct fm_iommu *iommu);
 long fm_unpin_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
