@@ -162,31 +162,31 @@ static inline void __attribute__((noreturn)) th_abort(struct th *t)
 	siglongjmp(t->jmp, 1);
 }
 
-#define TH_CMP(a, op, b, fatal) do {					\
+#define TH_CMP(a, op, b, fatal, sa, sb) do {				\
 	long long _a = (long long)(a), _b = (long long)(b);		\
 	if (!(_a op _b)) {						\
-		th_report(t, __FILE__, __LINE__, #a, #op, #b, _a, _b);	\
+		th_report(t, __FILE__, __LINE__, sa, #op, sb, _a, _b);	\
 		if (fatal)						\
 			th_abort(t);					\
 	}								\
 } while (0)
 
-#define ASSERT_EQ(a, b)	TH_CMP(a, ==, b, 1)
-#define ASSERT_NE(a, b)	TH_CMP(a, !=, b, 1)
-#define ASSERT_LT(a, b)	TH_CMP(a, <, b, 1)
-#define ASSERT_LE(a, b)	TH_CMP(a, <=, b, 1)
-#define ASSERT_GT(a, b)	TH_CMP(a, >, b, 1)
-#define ASSERT_GE(a, b)	TH_CMP(a, >=, b, 1)
-#define EXPECT_EQ(a, b)	TH_CMP(a, ==, b, 0)
-#define EXPECT_NE(a, b)	TH_CMP(a, !=, b, 0)
-#define EXPECT_LT(a, b)	TH_CMP(a, <, b, 0)
-#define EXPECT_LE(a, b)	TH_CMP(a, <=, b, 0)
-#define EXPECT_GT(a, b)	TH_CMP(a, >, b, 0)
-#define EXPECT_GE(a, b)	TH_CMP(a, >=, b, 0)
-#define ASSERT_TRUE(c)	TH_CMP(!!(c), ==, 1, 1)
-#define ASSERT_FALSE(c)	TH_CMP(!!(c), ==, 0, 1)
-#define EXPECT_TRUE(c)	TH_CMP(!!(c), ==, 1, 0)
-#define EXPECT_FALSE(c)	TH_CMP(!!(c), ==, 0, 0)
+#define ASSERT_EQ(a, b)	TH_CMP(a, ==, b, 1, #a, #b)
+#define ASSERT_NE(a, b)	TH_CMP(a, !=, b, 1, #a, #b)
+#define ASSERT_LT(a, b)	TH_CMP(a, <, b, 1, #a, #b)
+#define ASSERT_LE(a, b)	TH_CMP(a, <=, b, 1, #a, #b)
+#define ASSERT_GT(a, b)	TH_CMP(a, >, b, 1, #a, #b)
+#define ASSERT_GE(a, b)	TH_CMP(a, >=, b, 1, #a, #b)
+#define EXPECT_EQ(a, b)	TH_CMP(a, ==, b, 0, #a, #b)
+#define EXPECT_NE(a, b)	TH_CMP(a, !=, b, 0, #a, #b)
+#define EXPECT_LT(a, b)	TH_CMP(a, <, b, 0, #a, #b)
+#define EXPECT_LE(a, b)	TH_CMP(a, <=, b, 0, #a, #b)
+#define EXPECT_GT(a, b)	TH_CMP(a, >, b, 0, #a, #b)
+#define EXPECT_GE(a, b)	TH_CMP(a, >=, b, 0, #a, #b)
+#define ASSERT_TRUE(c)	TH_CMP(!!(c), ==, 1, 1, #c, "true")
+#define ASSERT_FALSE(c)	TH_CMP(!!(c), ==, 0, 1, #c, "false")
+#define EXPECT_TRUE(c)	TH_CMP(!!(c), ==, 1, 0, #c, "true")
+#define EXPECT_FALSE(c)	TH_CMP(!!(c), ==, 0, 0, #c, "false")
 
 /* Fail now with a message (setup that could not be done, etc.). */
 #define FAIL(...) do {							\
