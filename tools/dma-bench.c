@@ -44,6 +44,7 @@ struct opts {
 	const char *bdf;
 	double gib;
 	int loops;
+	int warmup;
 	uint64_t iova;
 	int type;
 	enum vu_mem_kind modes[MAX_MODES];
@@ -61,6 +62,7 @@ struct series {
 	double *map_s;
 	double *unmap_s;
 	int n;
+	int warmup;		/* untimed loops still to run */
 	long long pin_leak;	/* pages, summed over loops */
 	long long lck_leak;	/* pages, summed over loops */
 	int failures;		/* failed ioctls */
@@ -72,14 +74,16 @@ static long page_kb;
 static void usage(FILE *f)
 {
 	fprintf(f,
-"usage: dma-bench [--group N | --device BDF] [--gib G] [--loops L] [--iova ADDR]\n"
-"                 [--type1 v1|v2] [--modes thp,populate,hugetlb2m,hugetlb1g,memfd]\n"
+"usage: dma-bench [--group N | --device BDF] [--gib G] [--loops L] [--warmup W]\n"
+"                 [--iova ADDR] [--type1 v1|v2] [--modes thp,populate,hugetlb2m,hugetlb1g,memfd]\n"
 "                 [--backends stock,foliomap --switch-cmd SCRIPT] [--json] [--label NAME]\n"
 "\n"
 "  --group N        VFIO group to attach (default: first of $VFIO_GROUPS)\n"
 "  --device BDF     PCI device whose IOMMU group to use, e.g. 0000:00:03.0\n"
 "  --gib G          buffer size in GiB, fractions allowed, multiple of 2 MiB (default 1)\n"
 "  --loops L        map/unmap loops per mode and backend (default 5)\n"
+"  --warmup W       untimed (but leak-checked) loops first (default 1): the first\n"
+"                   map of fresh guest memory is slower under TCG\n"
 "  --iova ADDR      IOVA of the mapping (default 0x100000000, 4 GiB)\n"
 "  --type1 v1|v2    VFIO_TYPE1_IOMMU or VFIO_TYPE1v2_IOMMU (default v2)\n"
 "  --modes LIST     memory kinds, comma separated (default thp,populate,hugetlb2m)\n"
@@ -400,7 +404,7 @@ static int one_loop(const struct opts *o, enum vu_mem_kind kind, void *buf,
 	c = open_container(o, &gfd);
 	if (c < 0)
 		return c;
-	if (loop == 0) {
+	if (loop == 0 && s->n == 0) {
 		err = check_iova(c, o->iova, size);
 		if (err) {
 			close_container(c, gfd);
@@ -445,6 +449,10 @@ static int one_loop(const struct opts *o, enum vu_mem_kind kind, void *buf,
 			vu_mem_name(kind), loop + 1, pins, lck);
 		s->pin_leak += pins;
 		s->lck_leak += lck;
+	}
+	if (s->warmup) {
+		s->warmup--;
+		return err;
 	}
 	s->map_s[s->n] = t1 - t0;
 	s->unmap_s[s->n] = t2 - t1;
@@ -589,6 +597,7 @@ static int run_mode(const struct opts *o, enum vu_mem_kind kind, uint64_t size, 
 
 	for (b = 0; b < o->nbackends; b++) {
 		s[b].backend = o->backends[b];
+		s[b].warmup = o->warmup;
 		s[b].map_s = calloc(o->loops, sizeof(double));
 		s[b].unmap_s = calloc(o->loops, sizeof(double));
 		if (!s[b].map_s || !s[b].unmap_s) {
@@ -597,7 +606,7 @@ static int run_mode(const struct opts *o, enum vu_mem_kind kind, uint64_t size, 
 		}
 	}
 
-	for (loop = 0; loop < o->loops; loop++) {
+	for (loop = 0; loop < o->warmup + o->loops; loop++) {
 		for (b = 0; b < o->nbackends; b++) {
 			int err;
 
@@ -705,6 +714,7 @@ int main(int argc, char **argv)
 		{ "device",	required_argument, NULL, 'd' },
 		{ "gib",	required_argument, NULL, 's' },
 		{ "loops",	required_argument, NULL, 'l' },
+		{ "warmup",	required_argument, NULL, 'W' },
 		{ "iova",	required_argument, NULL, 'i' },
 		{ "type1",	required_argument, NULL, 't' },
 		{ "modes",	required_argument, NULL, 'm' },
@@ -716,7 +726,7 @@ int main(int argc, char **argv)
 		{ 0 }
 	};
 	struct opts o = {
-		.group = -1, .gib = 1, .loops = 5, .iova = 4ULL << 30,
+		.group = -1, .gib = 1, .loops = 5, .warmup = 1, .iova = 4ULL << 30,
 		.type = VFIO_TYPE1v2_IOMMU,
 	};
 	int c, i, bad = 0, ret = 0;
@@ -724,7 +734,7 @@ int main(int argc, char **argv)
 	char *end;
 
 	parse_modes(&o, "thp,populate,hugetlb2m");
-	while ((c = getopt_long(argc, argv, "g:d:s:l:i:t:m:b:w:jL:h", lopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "g:d:s:l:W:i:t:m:b:w:jL:h", lopts, NULL)) != -1) {
 		switch (c) {
 		case 'g':
 			o.group = strtol(optarg, &end, 10);
@@ -742,6 +752,11 @@ int main(int argc, char **argv)
 		case 'l':
 			o.loops = strtol(optarg, &end, 10);
 			if (*end || o.loops < 1)
+				goto bad_arg;
+			break;
+		case 'W':
+			o.warmup = strtol(optarg, &end, 10);
+			if (*end || o.warmup < 0)
 				goto bad_arg;
 			break;
 		case 'i':
@@ -814,8 +829,8 @@ int main(int argc, char **argv)
 	close_container(c, i);
 	if (ret)
 		return 2;
-	fprintf(human, "# dma-bench: group %d, %g GiB at IOVA 0x%" PRIx64 ", %d loops, type1 %s, "
-		"backends", o.group, o.gib, o.iova, o.loops,
+	fprintf(human, "# dma-bench: group %d, %g GiB at IOVA 0x%" PRIx64 ", %d loops (+%d warm-up), "
+		"type1 %s, backends", o.group, o.gib, o.iova, o.loops, o.warmup,
 		o.type == VFIO_TYPE1_IOMMU ? "v1" : "v2");
 	for (i = 0; i < o.nbackends; i++)
 		fprintf(human, " %s", o.backends[i]);
