@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The tree of mappings of a container, ordered by IOVA. Mappings never
+ * overlap, so ordering by start address orders them completely.
+ *
+ * All ranges are compared by their last byte, never by "start + size":
+ * a mapping may end at the very last IOVA, where start + size wraps to 0.
+ */
+#include "foliomap.h"
+
+static inline dma_addr_t fm_dma_last(const struct fm_dma *dma)
+{
+	return dma->iova + dma->size - 1;
+}
+
+/*
+ * Any mapping that overlaps [start, start + size). A size of 0 is taken as
+ * 1 so that a lookup of a single address works either way.
+ */
+struct fm_dma *fm_dma_find(struct fm_iommu *iommu, dma_addr_t start, size_t size)
+{
+	dma_addr_t last = start + (size ? size - 1 : 0);
+	struct rb_node *node = iommu->dma_tree.rb_node;
+
+	while (node) {
+		struct fm_dma *dma = rb_entry(node, struct fm_dma, node);
+
+		if (last < dma->iova)
+			node = node->rb_left;
+		else if (start > fm_dma_last(dma))
+			node = node->rb_right;
+		else
+			return dma;
+	}
+	return NULL;
+}
+
+/*
+ * The lowest mapping that overlaps [start, start + size), or NULL. A size of
+ * 0 means "up to the end of the IOVA space".
+ */
+struct rb_node *fm_dma_find_first_node(struct fm_iommu *iommu, dma_addr_t start,
+				       size_t size)
+{
+	struct rb_node *node = iommu->dma_tree.rb_node;
+	struct rb_node *found = NULL;
+
+	/* Descend to the lowest mapping whose last byte is at or above start. */
+	while (node) {
+		struct fm_dma *dma = rb_entry(node, struct fm_dma, node);
+
+		if (start > fm_dma_last(dma)) {
+			node = node->rb_right;
+		} else {
+			found = node;
+			if (start >= dma->iova)
+				break;
+			node = node->rb_left;
+		}
+	}
+
+	if (found && size) {
+		struct fm_dma *dma = rb_entry(found, struct fm_dma, node);
+
+		if (dma->iova > start + size - 1)
+			return NULL;
+	}
+	return found;
+}
+
+/* The caller has checked that @dma overlaps nothing already in the tree. */
+void fm_dma_link(struct fm_iommu *iommu, struct fm_dma *dma)
+{
+	struct rb_node **link = &iommu->dma_tree.rb_node, *parent = NULL;
+
+	while (*link) {
+		struct fm_dma *cur = rb_entry(*link, struct fm_dma, node);
+
+		parent = *link;
+		if (dma->iova < cur->iova)
+			link = &parent->rb_left;
+		else
+			link = &parent->rb_right;
+	}
+	rb_link_node(&dma->node, parent, link);
+	rb_insert_color(&dma->node, &iommu->dma_tree);
+}
+
+void fm_dma_unlink(struct fm_iommu *iommu, struct fm_dma *dma)
+{
+	rb_erase(&dma->node, &iommu->dma_tree);
+}

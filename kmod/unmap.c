@@ -1,0 +1,373 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The unmap pipeline: take a mapping out of every IOMMU domain, flush the
+ * IOTLB, and only then release the pages, whole runs at a time.
+ *
+ * The IOMMU is the record of which pfns back a mapping. Domains other than
+ * the first are emptied with iommu_unmap(), which flushes before it
+ * returns. The first domain is walked leaf by leaf: iommu_iova_to_phys()
+ * gives the leaf's address, iommu_unmap_fast() of one page removes the
+ * whole leaf (4K, 2M or 1G) and returns its size. This costs O(leaves)
+ * instead of O(4K pages).
+ *
+ * That is correct because a leaf never extends past the iommu_map() call
+ * that created it, and each call covered one physically contiguous run
+ * inside one dma. So the walk always stands at the first page of a leaf,
+ * the leaf lies inside the dma, and its pages are physically contiguous
+ * from the address iommu_iova_to_phys() returned.
+ */
+#include <linux/sched.h>
+#include <linux/slab.h>
+
+#include "foliomap.h"
+
+/* Runs collected between two IOTLB flushes. */
+#define FM_UNMAP_RUNS		512
+#define FM_UNMAP_RUNS_STACK	16
+
+struct fm_unmap_run {
+	dma_addr_t	iova;
+	unsigned long	pfn;
+	unsigned long	npage;
+};
+
+struct fm_unmapper {
+	struct fm_dma			*dma;
+	struct iommu_domain		*domain;
+	struct iommu_iotlb_gather	gather;
+	struct fm_unmap_run		*runs;
+	unsigned int			nr;
+	unsigned int			max;
+	long				uncharge;	/* pages whose charge goes */
+};
+
+/*
+ * Unpin one physically contiguous run. Adds to @uncharge the pages whose
+ * charge is released: those unpinned, less the externally pinned ones,
+ * which stay charged for as long as their external pin lives. Returns the
+ * number of pages unpinned.
+ */
+static long fm_release_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
+			   unsigned long npage, long *uncharge)
+{
+	bool dirty = dma->prot & IOMMU_WRITE;
+	long unpinned = 0, external = 0;
+	unsigned long i;
+
+	/* The common case: one call, one refcount drop per folio. */
+	if (!dma->has_rsvd) {
+		unpin_user_page_range_dirty_lock(pfn_to_page(pfn), npage, dirty);
+		*uncharge += npage - fm_vpfn_count(dma, iova, npage);
+		return npage;
+	}
+
+	/* Reserved and PFNMAP pfns were neither pinned nor charged. */
+	for (i = 0; i < npage; i++) {
+		struct page *page;
+
+		if (fm_pfn_is_invalid_or_reserved(pfn + i))
+			continue;
+		page = pfn_to_page(pfn + i);
+		unpin_user_pages_dirty_lock(&page, 1, dirty);
+		unpinned++;
+		if (fm_vpfn_find(dma, iova + (i << PAGE_SHIFT)))
+			external++;
+	}
+	*uncharge += unpinned - external;
+	return unpinned;
+}
+
+long fm_unpin_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
+		  unsigned long npage, bool do_accounting)
+{
+	long uncharge = 0;
+	long unpinned = fm_release_run(dma, iova, pfn, npage, &uncharge);
+
+	if (do_accounting)
+		fm_lock_acct(dma, -uncharge, true);
+	return unpinned;
+}
+
+/* Flush the IOTLB, then release every run collected since the last flush. */
+static void fm_unmapper_flush(struct fm_unmapper *u)
+{
+	unsigned int i;
+
+	iommu_iotlb_sync(u->domain, &u->gather);
+	for (i = 0; i < u->nr; i++)
+		fm_release_run(u->dma, u->runs[i].iova, u->runs[i].pfn,
+			       u->runs[i].npage, &u->uncharge);
+	u->nr = 0;
+	cond_resched();
+}
+
+/* Record a removed leaf, merging it into the last run if it continues it. */
+static void fm_unmapper_add(struct fm_unmapper *u, dma_addr_t iova, phys_addr_t phys,
+			    size_t len)
+{
+	struct fm_unmap_run *run = u->nr ? &u->runs[u->nr - 1] : NULL;
+	unsigned long npage = len >> PAGE_SHIFT;
+
+	if (run && run->iova + (run->npage << PAGE_SHIFT) == iova &&
+	    run->pfn + run->npage == PHYS_PFN(phys)) {
+		run->npage += npage;
+		return;
+	}
+	if (u->nr == u->max)
+		fm_unmapper_flush(u);
+	u->runs[u->nr++] = (struct fm_unmap_run){
+		.iova = iova, .pfn = PHYS_PFN(phys), .npage = npage,
+	};
+}
+
+void fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *domain,
+			   size_t size, bool do_accounting)
+{
+	struct fm_unmap_run stack_runs[FM_UNMAP_RUNS_STACK];
+	struct fm_unmapper u = { .dma = dma, .domain = domain };
+	dma_addr_t iova = dma->iova;
+	size_t left = size;
+
+	/* One allocation per call, none per run; a small stack array if none. */
+	u.runs = kmalloc_array(FM_UNMAP_RUNS, sizeof(*u.runs), GFP_KERNEL | __GFP_NOWARN);
+	u.max = FM_UNMAP_RUNS;
+	if (!u.runs) {
+		u.runs = stack_runs;
+		u.max = FM_UNMAP_RUNS_STACK;
+	}
+	iommu_iotlb_gather_init(&u.gather);
+
+	while (left) {
+		phys_addr_t phys = iommu_iova_to_phys(domain, iova);
+		size_t len = PAGE_SIZE;
+
+		/*
+		 * A page that is not mapped (a failed map's hole) or that the
+		 * IOMMU refuses to unmap holds nothing we may release.
+		 */
+		if (phys) {
+			len = iommu_unmap_fast(domain, iova, PAGE_SIZE, &u.gather);
+			if (len)
+				fm_unmapper_add(&u, iova, phys, len);
+			else
+				len = PAGE_SIZE;
+		}
+		len = min(len, left);
+		iova += len;
+		left -= len;
+	}
+	fm_unmapper_flush(&u);
+
+	if (u.runs != stack_runs)
+		kfree(u.runs);
+	if (do_accounting)
+		fm_lock_acct(dma, -u.uncharge, true);
+}
+
+/*
+ * Take @dma out of every domain and release its pins. Without
+ * @do_accounting the caller settles locked memory itself.
+ */
+static void fm_unmap_unpin(struct fm_iommu *iommu, struct fm_dma *dma, bool do_accounting)
+{
+	struct fm_domain *first, *d;
+
+	if (!dma->iommu_mapped || !dma->size || list_empty(&iommu->domain_list))
+		return;
+
+	/* Every other domain is emptied and flushed before anything is unpinned. */
+	first = list_first_entry(&iommu->domain_list, struct fm_domain, next);
+	d = first;
+	list_for_each_entry_continue(d, &iommu->domain_list, next) {
+		iommu_unmap(d->domain, dma->iova, dma->size);
+		cond_resched();
+	}
+	fm_unmap_unpin_domain(dma, first->domain, dma->size, do_accounting);
+	dma->iommu_mapped = false;
+}
+
+void fm_dma_remove(struct fm_iommu *iommu, struct fm_dma *dma)
+{
+	/* Emulated devices drop their pins (fm_notify_dma_unmap) first. */
+	WARN_ON_ONCE(!RB_EMPTY_ROOT(&dma->pfn_list));
+
+	fm_unmap_unpin(iommu, dma, true);
+	fm_dma_unlink(iommu, dma);
+	put_task_struct(dma->task);
+	mmdrop(dma->mm);
+	fm_dirty_bitmap_free(dma);
+	if (dma->vaddr_invalid)
+		iommu->vaddr_invalid_count--;
+	kfree(dma);
+	iommu->dma_avail++;
+}
+
+void fm_unmap_unpin_all(struct fm_iommu *iommu)
+{
+	struct rb_node *n;
+
+	while ((n = rb_first(&iommu->dma_tree)))
+		fm_dma_remove(iommu, rb_entry(n, struct fm_dma, node));
+}
+
+/*
+ * The last IOMMU domain is gone but emulated groups remain: the mappings
+ * stay, unpinned, for pin_pages to pin on demand. Only the pages that
+ * emulated devices still pin stay charged.
+ */
+void fm_unmap_unpin_reaccount(struct fm_iommu *iommu)
+{
+	struct rb_node *n;
+
+	for (n = rb_first(&iommu->dma_tree); n; n = rb_next(n))
+		fm_unmap_unpin(iommu, rb_entry(n, struct fm_dma, node), true);
+}
+
+/* The first mapping an unmap request acts on. */
+static struct rb_node *fm_unmap_first(struct fm_iommu *iommu, dma_addr_t iova,
+				      u64 size, bool all)
+{
+	struct rb_node *n = fm_dma_find_first_node(iommu, iova, all ? 0 : size);
+
+	/*
+	 * v1 compatibility: a request that starts inside a mapping unmaps
+	 * nothing and succeeds with size 0.
+	 */
+	if (n && !iommu->v2 && rb_entry(n, struct fm_dma, node)->iova < iova)
+		return NULL;
+	return n;
+}
+
+static struct fm_dma *fm_unmap_next(struct rb_node *n, dma_addr_t last)
+{
+	struct fm_dma *dma = n ? rb_entry(n, struct fm_dma, node) : NULL;
+
+	return dma && dma->iova <= last ? dma : NULL;
+}
+
+/*
+ * VFIO_DMA_UNMAP_FLAG_VADDR: the mappings stay in the IOMMU, but nothing may
+ * be pinned through their vaddr until MAP_DMA gives a new one. All or
+ * nothing: meeting an already invalid mapping undoes this call's work.
+ */
+static int fm_invalidate_vaddr(struct fm_iommu *iommu, struct rb_node *first,
+			       dma_addr_t last, size_t *done)
+{
+	struct fm_dma *dma, *undo;
+	struct rb_node *n;
+
+	for (n = first; (dma = fm_unmap_next(n, last)); n = rb_next(n)) {
+		if (dma->vaddr_invalid)
+			goto undo;
+		dma->vaddr_invalid = true;
+		iommu->vaddr_invalid_count++;
+		*done += dma->size;
+	}
+	return 0;
+
+undo:
+	for (n = first; (undo = rb_entry(n, struct fm_dma, node)) != dma; n = rb_next(n)) {
+		undo->vaddr_invalid = false;
+		iommu->vaddr_invalid_count--;
+	}
+	*done = 0;
+	return -EINVAL;
+}
+
+/* How often one mapping's external pins may survive a dma_unmap callback. */
+#define FM_NOTIFY_RETRIES	10
+
+int fm_do_unmap(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_unmap *unmap,
+		struct vfio_bitmap *bitmap)
+{
+	bool all = unmap->flags & VFIO_DMA_UNMAP_FLAG_ALL;
+	bool invalidate = unmap->flags & VFIO_DMA_UNMAP_FLAG_VADDR;
+	bool report = unmap->flags & VFIO_DMA_UNMAP_FLAG_GET_DIRTY_BITMAP;
+	struct fm_dma *dma, *notified = NULL;
+	dma_addr_t iova = unmap->iova, last;
+	u64 size = unmap->size;
+	struct rb_node *n, *first;
+	size_t unmapped = 0;
+	unsigned int retries = 0;
+	size_t pgsize;
+	int ret = -EINVAL;
+
+	mutex_lock(&iommu->lock);
+
+	/* Emulated devices would pin through the vaddr at any time. */
+	if (invalidate && !list_empty(&iommu->emulated_groups)) {
+		ret = -EBUSY;
+		goto out;
+	}
+
+	pgsize = (size_t)1 << __ffs(iommu->pgsize_bitmap);
+	if (iova & (pgsize - 1))
+		goto out;
+	if (all) {
+		if (iova || size)
+			goto out;
+		last = (dma_addr_t)-1;
+	} else {
+		if (!size || size & (pgsize - 1) || iova + size - 1 < iova)
+			goto out;
+		last = iova + size - 1;
+	}
+	/* Dirty bits are kept at the smallest page size only. */
+	if (report && (!iommu->dirty_page_tracking || bitmap->pgsize != pgsize))
+		goto out;
+
+again:
+	/* v2 never splits a mapping: the range must start and end on edges. */
+	if (iommu->v2 && !all) {
+		dma = fm_dma_find(iommu, iova, 1);
+		if (dma && dma->iova != iova)
+			goto out;
+		dma = fm_dma_find(iommu, last, 1);
+		if (dma && dma->iova + dma->size - 1 != last)
+			goto out;
+	}
+
+	ret = 0;
+	first = fm_unmap_first(iommu, iova, size, all);
+	if (invalidate) {
+		ret = fm_invalidate_vaddr(iommu, first, last, &unmapped);
+		goto out;
+	}
+
+	/*
+	 * Emulated devices drop their pins on request; the callback runs
+	 * without iommu->lock, so everything is looked up again afterwards.
+	 */
+	for (n = first; (dma = fm_unmap_next(n, last)); n = rb_next(n)) {
+		if (RB_EMPTY_ROOT(&dma->pfn_list))
+			continue;
+		if (dma != notified) {
+			notified = dma;
+			retries = 0;
+		} else if (++retries > FM_NOTIFY_RETRIES) {
+			ret = -EBUSY;
+			goto out;
+		}
+		fm_notify_dma_unmap(iommu, dma->iova, dma->size);
+		goto again;
+	}
+
+	/* The range is settled and the lock held: report, then remove. */
+	if (report) {
+		ret = fm_dirty_report_range(iommu, iova, last - iova + 1, pgsize,
+					    bitmap->data);
+		if (ret)
+			goto out;
+	}
+
+	n = first;
+	while ((dma = fm_unmap_next(n, last))) {
+		n = rb_next(n);
+		unmapped += dma->size;
+		fm_dma_remove(iommu, dma);
+	}
+out:
+	mutex_unlock(&iommu->lock);
+	unmap->size = unmapped;
+	return ret;
+}
