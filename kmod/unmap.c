@@ -128,12 +128,19 @@ void fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *domain,
 	dma_addr_t iova = dma->iova;
 	size_t left = size;
 
-	/* One allocation per call, none per run; a small stack array if none. */
-	u.runs = kmalloc_array(FM_UNMAP_RUNS, sizeof(*u.runs), GFP_KERNEL | __GFP_NOWARN);
-	u.max = FM_UNMAP_RUNS;
-	if (!u.runs) {
-		u.runs = stack_runs;
-		u.max = FM_UNMAP_RUNS_STACK;
+	/*
+	 * At most one allocation per call, none per run: small mappings and
+	 * a failed allocation use the stack array.
+	 */
+	u.runs = stack_runs;
+	u.max = FM_UNMAP_RUNS_STACK;
+	if (size >> PAGE_SHIFT > FM_UNMAP_RUNS_STACK) {
+		u.max = min_t(unsigned long, FM_UNMAP_RUNS, size >> PAGE_SHIFT);
+		u.runs = kmalloc_array(u.max, sizeof(*u.runs), GFP_KERNEL | __GFP_NOWARN);
+		if (!u.runs) {
+			u.runs = stack_runs;
+			u.max = FM_UNMAP_RUNS_STACK;
+		}
 	}
 	iommu_iotlb_gather_init(&u.gather);
 
