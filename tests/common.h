@@ -88,34 +88,38 @@ static inline long th_module_refcnt(const char *mod)
 }
 
 /*
- * Container with the first ngroups e1000e groups and the given type.  Fails
- * unless the backend under test (not another registered driver) took it.
+ * Container with the given groups and type.  Fails unless the backend under
+ * test (not another registered driver) took it.  Group fds go to gfds.
  */
-static inline int th_container_type(struct th *t, int type, int ngroups)
+static inline int th_container_of(struct th *t, int type, const int *groups,
+				  int ngroups, int *gfds)
 {
 	const char *mod = th_backend_module();
 	long ref0 = th_module_refcnt(mod), ref1;
-	int groups[4], gfds[4];
 	int c, i;
 
-	th_e1000e_groups(t, groups, ngroups);
 	if (ref0 < 0)
 		FAIL("module %s is not loaded", mod);
 	c = vu_container_setup(groups, ngroups, type, gfds);
 	if (c < 0)
 		FAIL("container setup (type %d, %d groups) failed: %s",
 		     type, ngroups, strerror(-c));
-	ref1 = th_module_refcnt(mod);
-	if (ref1 != ref0 + 1) {
-		th_own_fd(t, c);
-		for (i = 0; i < ngroups; i++)
-			th_own_fd(t, gfds[i]);
-		FAIL("container not served by %s (refcnt %ld -> %ld)", mod, ref0, ref1);
-	}
 	th_own_fd(t, c);
 	for (i = 0; i < ngroups; i++)
 		th_own_fd(t, gfds[i]);
+	ref1 = th_module_refcnt(mod);
+	if (ref1 != ref0 + 1)
+		FAIL("container not served by %s (refcnt %ld -> %ld)", mod, ref0, ref1);
 	return c;
+}
+
+/* Container with the first ngroups e1000e groups and the given type. */
+static inline int th_container_type(struct th *t, int type, int ngroups)
+{
+	int groups[4], gfds[4];
+
+	th_e1000e_groups(t, groups, ngroups);
+	return th_container_of(t, type, groups, ngroups, gfds);
 }
 
 /* Container of the test's type (v1/v2; v2 for plain TEST()). */
