@@ -15,6 +15,13 @@
  * inside one dma. So the walk always stands at the first page of a leaf,
  * the leaf lies inside the dma, and its pages are physically contiguous
  * from the address iommu_iova_to_phys() returned.
+ *
+ * A leaf larger than PAGE_SIZE is naturally aligned in both IOVA and
+ * physical space. Where iova or phys lacks that alignment the leaf is
+ * known to be 4K without asking the IOMMU, so such leaves are only
+ * recorded and left mapped in a pending range, which is removed with one
+ * iommu_unmap_fast() call before the next flush: 4K memory costs one
+ * page-table lookup per page and one unmap per flush, not one per page.
  */
 #include <linux/sched.h>
 #include <linux/slab.h>
@@ -39,6 +46,10 @@ struct fm_unmapper {
 	unsigned int			nr;
 	unsigned int			max;
 	long				uncharge;	/* pages whose charge goes */
+	/* 4K leaves recorded in runs[] but still mapped: [pend_start, pend_end) */
+	dma_addr_t			pend_start;
+	dma_addr_t			pend_end;
+	bool				lost;		/* the IOMMU kept a pending page */
 };
 
 /*
@@ -88,17 +99,54 @@ long fm_unpin_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
 	return unpinned;
 }
 
+/* Remove the pending 4K leaves from the domain, in one call. */
+static void fm_unmapper_unmap_pending(struct fm_unmapper *u)
+{
+	size_t len = u->pend_end - u->pend_start;
+
+	if (!len)
+		return;
+	/*
+	 * Every page in the range was seen mapped by a 4K leaf, so the IOMMU
+	 * removes all of it. Should it not, the pages it kept must stay
+	 * pinned: a page is never released while a device can reach it.
+	 */
+	if (iommu_unmap_fast(u->domain, u->pend_start, len, &u->gather) != len) {
+		pr_warn_once("foliomap: IOMMU kept part of an unmapped range, leaking its pins\n");
+		u->lost = true;
+	}
+	u->pend_start = u->pend_end;
+}
+
 /* Flush the IOTLB, then release every run collected since the last flush. */
 static void fm_unmapper_flush(struct fm_unmapper *u)
 {
 	unsigned int i;
 
+	fm_unmapper_unmap_pending(u);
 	iommu_iotlb_sync(u->domain, &u->gather);
-	for (i = 0; i < u->nr; i++)
+	for (i = 0; i < u->nr && !u->lost; i++)
 		fm_release_run(u->dma, u->runs[i].iova, u->runs[i].pfn,
 			       u->runs[i].npage, &u->uncharge);
 	u->nr = 0;
 	cond_resched();
+}
+
+/*
+ * Whether the leaf at @iova, backed by @phys, may be larger than PAGE_SIZE:
+ * some page size of the domain above PAGE_SIZE, at most @left, to which
+ * both addresses are aligned.
+ */
+static bool fm_leaf_may_be_large(struct iommu_domain *domain, dma_addr_t iova,
+				 phys_addr_t phys, size_t left)
+{
+	unsigned long sizes = domain->pgsize_bitmap & ~(2 * PAGE_SIZE - 1);
+	u64 addr = iova | phys;
+
+	if (addr)
+		sizes &= GENMASK_ULL(__ffs64(addr), 0);
+	sizes &= GENMASK_ULL(fls64(left) - 1, 0);
+	return sizes;
 }
 
 /* Record a removed leaf, merging it into the last run if it continues it. */
@@ -143,23 +191,36 @@ void fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *domain,
 		}
 	}
 	iommu_iotlb_gather_init(&u.gather);
+	u.pend_start = iova;
+	u.pend_end = iova;
 
 	while (left) {
 		phys_addr_t phys = iommu_iova_to_phys(domain, iova);
 		size_t len = PAGE_SIZE;
 
-		/*
-		 * A page that is not mapped (a failed map's hole) or that the
-		 * IOMMU refuses to unmap holds nothing we may release.
-		 */
-		if (phys) {
-			len = iommu_unmap_fast(domain, iova, PAGE_SIZE, &u.gather);
-			if (len)
-				fm_unmapper_add(&u, iova, phys, len);
-			else
-				len = PAGE_SIZE;
+		if (phys && !fm_leaf_may_be_large(domain, iova, phys, left)) {
+			/* A 4K leaf: record it, unmap it with its neighbours. */
+			fm_unmapper_add(&u, iova, phys, PAGE_SIZE);
+			u.pend_end = iova + PAGE_SIZE;
+		} else {
+			/* The pending range must stay contiguous in IOVA. */
+			fm_unmapper_unmap_pending(&u);
+			/*
+			 * A page that is not mapped (a failed map's hole) or
+			 * that the IOMMU refuses to unmap holds nothing we
+			 * may release.
+			 */
+			if (phys) {
+				len = iommu_unmap_fast(domain, iova, PAGE_SIZE, &u.gather);
+				if (len)
+					fm_unmapper_add(&u, iova, phys, len);
+				else
+					len = PAGE_SIZE;
+			}
+			len = min(len, left);
+			u.pend_start = iova + len;
+			u.pend_end = iova + len;
 		}
-		len = min(len, left);
 		iova += len;
 		left -= len;
 	}
