@@ -274,8 +274,9 @@ static long fm_dirty_pages_get(struct fm_iommu *iommu, unsigned long arg,
 		return -EINVAL;
 	if (copy_from_user(&range, (void __user *)arg + minsz, sizeof(range)))
 		return -EFAULT;
-	if (range.iova + range.size < range.iova)
-		return -EINVAL;
+	/* As for MAP and UNMAP, a range may end at the last address, not wrap. */
+	if (range.size && range.iova + range.size - 1 < range.iova)
+		return -EOVERFLOW;
 
 	ret = fm_check_user_bitmap(&range.bitmap, range.size);
 	if (ret)

@@ -38,6 +38,16 @@ static inline bool is_foliomap(void)
 }
 
 /*
+ * A deliberate difference: a range that wraps around the address space is
+ * -EINVAL on stock 6.12 and -EOVERFLOW on foliomap (as upstream 6.18+), for
+ * MAP_DMA, UNMAP_DMA and DIRTY_PAGES GET_BITMAP alike.
+ */
+static inline int wrap_errno(void)
+{
+	return is_foliomap() ? -EOVERFLOW : -EINVAL;
+}
+
+/*
  * VFIO_GROUPS from vm/run: the e1000e groups first, the edu group last.
  * Fails the test when fewer than "need" e1000e groups are exported.
  */

@@ -3,12 +3,6 @@
 #include <stddef.h>
 #include "common.h"
 
-/* Backend-dependent: stock 6.12 says -EINVAL, foliomap (6.18+) -EOVERFLOW. */
-static int wrap_errno(void)
-{
-	return is_foliomap() ? -EOVERFLOW : -EINVAL;
-}
-
 TEST_V12(map_basic_4k_pages)
 {
 	int c = th_container(t);
