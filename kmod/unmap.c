@@ -362,6 +362,13 @@ int fm_do_unmap(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_unmap *unmap
 
 	mutex_lock(&iommu->lock);
 
+	/*
+	 * fm_notify_dma_unmap() drops iommu->lock: everything checked under
+	 * it, dirty tracking and the page size included, is checked again.
+	 */
+again:
+	ret = -EINVAL;
+
 	/* Emulated devices would pin through the vaddr at any time. */
 	if (invalidate && !list_empty(&iommu->emulated_groups)) {
 		ret = -EBUSY;
@@ -384,7 +391,6 @@ int fm_do_unmap(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_unmap *unmap
 	if (report && (!iommu->dirty_page_tracking || bitmap->pgsize != pgsize))
 		goto out;
 
-again:
 	/* v2 never splits a mapping: the range must start and end on edges. */
 	if (iommu->v2 && !all) {
 		dma = fm_dma_find(iommu, iova, 1);
