@@ -1,0 +1,346 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * fm_emu: a test-only emulated-IOMMU VFIO device.  Loaded by
+ * tests/t_emulated.c inside the test guest only.
+ *
+ * One platform device "fm_emu" is bound to this module's platform driver;
+ * its probe registers a vfio_device with vfio_register_emulated_iommu_dev(),
+ * which gives it a group of its own (/dev/vfio/<N>, N = the iommu_group of
+ * /sys/bus/platform/devices/fm_emu).  Userspace adds the group to a type1
+ * container, opens the device by name and drives vfio_pin_pages(),
+ * vfio_unpin_pages() and vfio_dma_rw() through the ioctls of fm_emu.h.
+ *
+ * Pins are kept as records (one per successful FM_EMU_PIN).  The dma_unmap
+ * callback releases every record overlapping the range, as an mdev driver
+ * must; close_device releases whatever is left.  Counters are exported by
+ * FM_EMU_STATS.
+ */
+#include <linux/highmem.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/platform_device.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+#include <linux/vfio.h>
+#include <linux/version.h>
+#include <linux/workqueue.h>
+
+#include "fm_emu.h"
+
+struct fm_emu_rec {
+	struct list_head list;
+	dma_addr_t iova;
+	int npage;
+};
+
+struct fm_emu_dev {
+	struct vfio_device vdev;
+	struct mutex lock;		/* records and stats */
+	struct list_head records;
+	struct fm_emu_stats stats;
+};
+
+static struct platform_device *fm_emu_pdev;
+
+static struct fm_emu_dev *to_emu(struct vfio_device *vdev)
+{
+	return container_of(vdev, struct fm_emu_dev, vdev);
+}
+
+/* Drop one record's pins; lock held. */
+static void fm_emu_release_rec(struct fm_emu_dev *emu, struct fm_emu_rec *rec)
+{
+	vfio_unpin_pages(&emu->vdev, rec->iova, rec->npage);
+	emu->stats.pinned_pages -= rec->npage;
+	emu->stats.records--;
+	list_del(&rec->list);
+	kfree(rec);
+}
+
+static long fm_emu_pin(struct fm_emu_dev *emu, void __user *arg)
+{
+	struct fm_emu_pin p;
+	struct page **pages;
+	struct fm_emu_rec *rec;
+	int alloc, i, ret;
+
+	if (copy_from_user(&p, arg, sizeof(p)))
+		return -EFAULT;
+	/* The pages array is only touched for 1..VFIO_PIN_PAGES_MAX_ENTRIES. */
+	alloc = clamp(p.npage, 1, 1024);
+	pages = kcalloc(alloc, sizeof(*pages), GFP_KERNEL);
+	rec = kzalloc(sizeof(*rec), GFP_KERNEL);
+	if (!pages || !rec) {
+		ret = -ENOMEM;
+		goto out;
+	}
+
+	mutex_lock(&emu->lock);
+	ret = vfio_pin_pages(&emu->vdev, p.iova, p.npage, p.prot, pages);
+	p.ret = ret;
+	if (ret > 0) {
+		for (i = 0; i < ret; i++) {
+			u64 *va = kmap_local_page(pages[i]);
+			u64 first = va[0];
+
+			if (p.tag)
+				va[1] = p.tag + i;
+			kunmap_local(va);
+			if (p.sig && put_user(first, (u64 __user *)(uintptr_t)p.sig + i))
+				p.sig = 0;	/* report nothing more; pins stay recorded */
+		}
+		rec->iova = p.iova;
+		rec->npage = ret;
+		list_add_tail(&rec->list, &emu->records);
+		rec = NULL;
+		emu->stats.pinned_pages += ret;
+		emu->stats.records++;
+	}
+	mutex_unlock(&emu->lock);
+	ret = copy_to_user(arg, &p, sizeof(p)) ? -EFAULT : 0;
+out:
+	kfree(rec);
+	kfree(pages);
+	return ret;
+}
+
+static long fm_emu_unpin(struct fm_emu_dev *emu, void __user *arg)
+{
+	struct fm_emu_unpin u;
+	struct fm_emu_rec *rec;
+	long ret = -ENOENT;
+
+	if (copy_from_user(&u, arg, sizeof(u)))
+		return -EFAULT;
+	mutex_lock(&emu->lock);
+	list_for_each_entry(rec, &emu->records, list) {
+		if (rec->iova == u.iova && rec->npage == u.npage) {
+			fm_emu_release_rec(emu, rec);
+			ret = 0;
+			break;
+		}
+	}
+	mutex_unlock(&emu->lock);
+	return ret;
+}
+
+struct fm_emu_rw_work {
+	struct work_struct work;
+	struct vfio_device *vdev;
+	dma_addr_t iova;
+	void *buf;
+	size_t len;
+	bool write;
+	int ret;
+};
+
+static void fm_emu_rw_fn(struct work_struct *work)
+{
+	struct fm_emu_rw_work *w = container_of(work, struct fm_emu_rw_work, work);
+
+	w->ret = vfio_dma_rw(w->vdev, w->iova, w->buf, w->len, w->write);
+}
+
+static long fm_emu_rw(struct fm_emu_dev *emu, void __user *arg)
+{
+	struct fm_emu_rw r;
+	struct fm_emu_rw_work w = {};
+	void __user *ubuf;
+	void *buf;
+	long ret;
+
+	if (copy_from_user(&r, arg, sizeof(r)))
+		return -EFAULT;
+	if (r.len > FM_EMU_MAX_RW)
+		return -E2BIG;
+	ubuf = (void __user *)(uintptr_t)r.uaddr;
+	buf = kvzalloc(max_t(size_t, r.len, 1), GFP_KERNEL);
+	if (!buf)
+		return -ENOMEM;
+	ret = -EFAULT;
+	if ((r.flags & FM_EMU_RW_WRITE) && copy_from_user(buf, ubuf, r.len))
+		goto out;
+
+	w.vdev = &emu->vdev;
+	w.iova = r.iova;
+	w.buf = (r.flags & FM_EMU_RW_NULL) ? NULL : buf;
+	w.len = r.len;
+	w.write = r.flags & FM_EMU_RW_WRITE;
+	if (r.flags & FM_EMU_RW_KTHREAD) {
+		INIT_WORK_ONSTACK(&w.work, fm_emu_rw_fn);
+		queue_work(system_unbound_wq, &w.work);
+		flush_work(&w.work);
+		destroy_work_on_stack(&w.work);
+	} else {
+		fm_emu_rw_fn(&w.work);
+	}
+	r.ret = w.ret;
+
+	if (!w.ret && !(r.flags & FM_EMU_RW_WRITE) && copy_to_user(ubuf, buf, r.len))
+		goto out;
+	ret = copy_to_user(arg, &r, sizeof(r)) ? -EFAULT : 0;
+out:
+	kvfree(buf);
+	return ret;
+}
+
+static long fm_emu_ioctl(struct vfio_device *vdev, unsigned int cmd, unsigned long arg)
+{
+	struct fm_emu_dev *emu = to_emu(vdev);
+	void __user *uarg = (void __user *)arg;
+	struct fm_emu_stats s;
+
+	switch (cmd) {
+	case FM_EMU_PIN:
+		return fm_emu_pin(emu, uarg);
+	case FM_EMU_UNPIN:
+		return fm_emu_unpin(emu, uarg);
+	case FM_EMU_RW:
+		return fm_emu_rw(emu, uarg);
+	case FM_EMU_STATS:
+		mutex_lock(&emu->lock);
+		s = emu->stats;
+		mutex_unlock(&emu->lock);
+		return copy_to_user(uarg, &s, sizeof(s)) ? -EFAULT : 0;
+	}
+	return -ENOTTY;
+}
+
+/* The backend is about to unmap [iova, iova + length): drop our pins there. */
+static void fm_emu_dma_unmap(struct vfio_device *vdev, u64 iova, u64 length)
+{
+	struct fm_emu_dev *emu = to_emu(vdev);
+	struct fm_emu_rec *rec, *next;
+	u64 last = iova + length - 1;
+
+	mutex_lock(&emu->lock);
+	emu->stats.unmap_calls++;
+	emu->stats.last_unmap_iova = iova;
+	emu->stats.last_unmap_len = length;
+	list_for_each_entry_safe(rec, next, &emu->records, list) {
+		u64 rlast = rec->iova + ((u64)rec->npage << PAGE_SHIFT) - 1;
+
+		if (rec->iova > last || rlast < iova)
+			continue;
+		emu->stats.unmap_unpinned += rec->npage;
+		fm_emu_release_rec(emu, rec);
+	}
+	mutex_unlock(&emu->lock);
+}
+
+static int fm_emu_open_device(struct vfio_device *vdev)
+{
+	struct fm_emu_dev *emu = to_emu(vdev);
+
+	mutex_lock(&emu->lock);
+	emu->stats.opens++;
+	mutex_unlock(&emu->lock);
+	return 0;
+}
+
+static void fm_emu_close_device(struct vfio_device *vdev)
+{
+	struct fm_emu_dev *emu = to_emu(vdev);
+	struct fm_emu_rec *rec, *next;
+
+	mutex_lock(&emu->lock);
+	list_for_each_entry_safe(rec, next, &emu->records, list) {
+		emu->stats.close_unpinned += rec->npage;
+		fm_emu_release_rec(emu, rec);
+	}
+	mutex_unlock(&emu->lock);
+}
+
+static int fm_emu_init_dev(struct vfio_device *vdev)
+{
+	struct fm_emu_dev *emu = to_emu(vdev);
+
+	mutex_init(&emu->lock);
+	INIT_LIST_HEAD(&emu->records);
+	return 0;
+}
+
+static const struct vfio_device_ops fm_emu_ops = {
+	.name		= "fm-emu",
+	.init		= fm_emu_init_dev,
+	.open_device	= fm_emu_open_device,
+	.close_device	= fm_emu_close_device,
+	.ioctl		= fm_emu_ioctl,
+	.dma_unmap	= fm_emu_dma_unmap,
+	.bind_iommufd	= vfio_iommufd_emulated_bind,
+	.unbind_iommufd	= vfio_iommufd_emulated_unbind,
+	.attach_ioas	= vfio_iommufd_emulated_attach_ioas,
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 6, 0)
+	.detach_ioas	= vfio_iommufd_emulated_detach_ioas,
+#endif
+};
+
+static int fm_emu_probe(struct platform_device *pdev)
+{
+	struct fm_emu_dev *emu;
+	int ret;
+
+	emu = vfio_alloc_device(fm_emu_dev, vdev, &pdev->dev, &fm_emu_ops);
+	if (IS_ERR(emu))
+		return PTR_ERR(emu);
+	ret = vfio_register_emulated_iommu_dev(&emu->vdev);
+	if (ret) {
+		vfio_put_device(&emu->vdev);
+		return ret;
+	}
+	platform_set_drvdata(pdev, emu);
+	return 0;
+}
+
+static void fm_emu_remove(struct platform_device *pdev)
+{
+	struct fm_emu_dev *emu = platform_get_drvdata(pdev);
+
+	vfio_unregister_group_dev(&emu->vdev);
+	vfio_put_device(&emu->vdev);
+}
+
+static struct platform_driver fm_emu_driver = {
+	.driver = {
+		.name = FM_EMU_NAME,
+	},
+	.probe = fm_emu_probe,
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 11, 0)
+	.remove = fm_emu_remove,
+#else
+	.remove_new = fm_emu_remove,
+#endif
+	/* The device gets its own emulated group; no default domain to claim. */
+	.driver_managed_dma = true,
+};
+
+static int __init fm_emu_init(void)
+{
+	int ret = platform_driver_register(&fm_emu_driver);
+
+	if (ret)
+		return ret;
+	fm_emu_pdev = platform_device_register_simple(FM_EMU_NAME, PLATFORM_DEVID_NONE,
+						       NULL, 0);
+	if (IS_ERR(fm_emu_pdev)) {
+		platform_driver_unregister(&fm_emu_driver);
+		return PTR_ERR(fm_emu_pdev);
+	}
+	if (!platform_get_drvdata(fm_emu_pdev)) {
+		platform_device_unregister(fm_emu_pdev);
+		platform_driver_unregister(&fm_emu_driver);
+		return -ENODEV;
+	}
+	return 0;
+}
+
+static void __exit fm_emu_exit(void)
+{
+	platform_device_unregister(fm_emu_pdev);
+	platform_driver_unregister(&fm_emu_driver);
+}
+
+module_init(fm_emu_init);
+module_exit(fm_emu_exit);
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("foliomap tests: emulated-IOMMU VFIO device driving pin_pages/dma_rw");

@@ -1,0 +1,964 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Emulated-IOMMU users (mdev-like devices) through the in-kernel API:
+ * vfio_pin_pages, vfio_unpin_pages, vfio_dma_rw and the dma_unmap callback.
+ *
+ * The test module tests/emu/fm_emu.ko (bin/fm_emu-<uname -r>.ko next to
+ * this program) registers one emulated-IOMMU vfio device, "fm_emu", in a
+ * group of its own.  main() inserts it when it is not loaded and removes it
+ * again at the end.  Each test puts that group in a type1 container (alone,
+ * or with an e1000e group, whose domain pins and charges every mapping),
+ * opens the device and drives the module with the ioctls of emu/fm_emu.h.
+ */
+#include <dirent.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+
+#include "common.h"
+#include "emu/fm_emu.h"
+
+#define NP		16		/* pages per test mapping */
+#define MSZ		(NP * SZ_4K)
+#define IOMMU_R		1
+#define IOMMU_W		2
+#define SIG(i)		(0x5e5e000000000000ULL | (uint64_t)(i))
+
+static bool emu_inserted;
+
+/* ------------------------------------------------------------------ */
+/* module and device */
+
+static int emu_module_load(void)
+{
+	char exe[PATH_MAX], path[PATH_MAX + 128], *slash;
+	struct utsname u;
+	struct stat st;
+	ssize_t n;
+	void *img;
+	int fd, ret;
+
+	if (access("/sys/module/fm_emu", F_OK) == 0)
+		return 0;
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n < 0 || uname(&u))
+		return -errno;
+	exe[n] = 0;
+	slash = strrchr(exe, '/');
+	if (slash)
+		*slash = 0;
+	snprintf(path, sizeof(path), "%s/fm_emu-%s.ko", exe, u.release);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		fprintf(stderr, "t_emulated: %s: %s (make -C tests)\n", path, strerror(errno));
+		return -errno;
+	}
+	if (fstat(fd, &st)) {
+		close(fd);
+		return -errno;
+	}
+	img = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (img == MAP_FAILED)
+		return -errno;
+	ret = syscall(SYS_init_module, img, (unsigned long)st.st_size, "") ? -errno : 0;
+	munmap(img, st.st_size);
+	if (ret == -EEXIST)
+		ret = 0;
+	else if (!ret)
+		emu_inserted = true;
+	if (ret)
+		fprintf(stderr, "t_emulated: init_module %s: %s\n", path, strerror(-ret));
+	return ret;
+}
+
+static void emu_module_unload(void)
+{
+	if (emu_inserted && syscall(SYS_delete_module, "fm_emu", O_NONBLOCK))
+		fprintf(stderr, "t_emulated: delete_module fm_emu: %s\n", strerror(errno));
+}
+
+/* IOMMU group number of the emulated device. */
+static int emu_group(struct th *t)
+{
+	char link[PATH_MAX], *slash;
+	ssize_t n = readlink("/sys/bus/platform/devices/" FM_EMU_NAME "/iommu_group",
+			     link, sizeof(link) - 1);
+
+	if (n < 0)
+		FAIL("fm_emu has no iommu_group (module not loaded?): %s", strerror(errno));
+	link[n] = 0;
+	slash = strrchr(link, '/');
+	return atoi(slash ? slash + 1 : link);
+}
+
+struct emu {
+	int c;			/* container */
+	int dev;		/* fm_emu device fd */
+	int egfd;		/* emulated group fd */
+	int ngfd;		/* e1000e group fd or -1 */
+};
+
+/*
+ * Container of the given type with the emulated group and, with nic, the
+ * first e1000e group (attached first: it sets the IOMMU up).
+ */
+static void emu_setup(struct th *t, struct emu *e, int type, bool nic)
+{
+	int groups[2], gfds[2], n = 0;
+
+	if (nic)
+		th_e1000e_groups(t, &groups[n++], 1);
+	groups[n++] = emu_group(t);
+	e->c = th_container_of(t, type, groups, n, gfds);
+	e->ngfd = nic ? gfds[0] : -1;
+	e->egfd = gfds[n - 1];
+	e->dev = ioctl(e->egfd, VFIO_GROUP_GET_DEVICE_FD, FM_EMU_NAME);
+	if (e->dev < 0)
+		FAIL("VFIO_GROUP_GET_DEVICE_FD(%s): %s", FM_EMU_NAME, strerror(errno));
+	th_own_fd(t, e->dev);
+}
+
+static void emu_v2(struct th *t, struct emu *e, bool nic)
+{
+	emu_setup(t, e, VFIO_TYPE1v2_IOMMU, nic);
+}
+
+static long long emu_pin_sig(struct th *t, struct emu *e, uint64_t iova, int npage,
+			     int prot, uint64_t *sig, uint64_t tag)
+{
+	struct fm_emu_pin p = {
+		.iova = iova, .npage = npage, .prot = prot,
+		.sig = (uintptr_t)sig, .tag = tag,
+	};
+
+	if (ioctl(e->dev, FM_EMU_PIN, &p))
+		FAIL("FM_EMU_PIN: %s", strerror(errno));
+	return p.ret;
+}
+
+static long long emu_pin(struct th *t, struct emu *e, uint64_t iova, int npage, int prot)
+{
+	return emu_pin_sig(t, e, iova, npage, prot, NULL, 0);
+}
+
+static void emu_unpin(struct th *t, struct emu *e, uint64_t iova, int npage)
+{
+	struct fm_emu_unpin u = { .iova = iova, .npage = npage };
+
+	if (ioctl(e->dev, FM_EMU_UNPIN, &u))
+		FAIL("FM_EMU_UNPIN(0x%llx, %d): %s", (unsigned long long)iova, npage,
+		     strerror(errno));
+}
+
+static long long emu_rw(struct th *t, int dev, uint64_t iova, void *buf, uint64_t len,
+			unsigned int flags)
+{
+	struct fm_emu_rw r = { .iova = iova, .uaddr = (uintptr_t)buf, .len = len,
+			       .flags = flags };
+
+	if (ioctl(dev, FM_EMU_RW, &r))
+		FAIL("FM_EMU_RW: %s", strerror(errno));
+	return r.ret;
+}
+
+static struct fm_emu_stats emu_stats(struct th *t, struct emu *e)
+{
+	struct fm_emu_stats s;
+
+	if (ioctl(e->dev, FM_EMU_STATS, &s))
+		FAIL("FM_EMU_STATS: %s", strerror(errno));
+	return s;
+}
+
+/* Private anonymous memory with SIG(page) in the first u64 of each page. */
+static uint64_t *sig_mem(struct th *t, size_t size)
+{
+	uint64_t *p = th_anon(t, size);
+	size_t i;
+
+	for (i = 0; i < size / SZ_4K; i++)
+		p[i * (SZ_4K / 8)] = SIG(i);
+	return p;
+}
+
+#define KB(pages)	((long long)(pages) * 4)
+
+/* ------------------------------------------------------------------ */
+/* setup */
+
+TEST(emu_device_opens)
+{
+	struct emu e;
+	struct fm_emu_stats s;
+
+	emu_v2(t, &e, false);
+	s = emu_stats(t, &e);
+	EXPECT_GE(s.opens, 1);
+	EXPECT_EQ(s.records, 0);
+	/* a wrong name is refused */
+	EXPECT_LT(ioctl(e.egfd, VFIO_GROUP_GET_DEVICE_FD, "fm_emu_nope"), 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* pin_pages / unpin_pages and accounting */
+
+/* Emulated group alone: MAP pins nothing; each pinned page is charged once. */
+TEST(pin_charges_without_iommu_group)
+{
+	struct emu e;
+	uint64_t *p, sig[4] = { 0 };
+	int i;
+
+	emu_v2(t, &e, false);
+	p = sig_mem(t, MSZ);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+
+	ASSERT_EQ(emu_pin_sig(t, &e, IOVA_A + 2 * SZ_4K, 4, IOMMU_R | IOMMU_W, sig, 0), 4);
+	for (i = 0; i < 4; i++)
+		EXPECT_EQ(sig[i], SIG(2 + i));
+	EXPECT_EQ(th_pins(t), 4);
+	EXPECT_EQ(th_vmlck_kb(t), KB(4));
+
+	/* the same pages again: a reference, no new pin or charge */
+	ASSERT_EQ(emu_pin(t, &e, IOVA_A + 3 * SZ_4K, 2, IOMMU_R), 2);
+	EXPECT_EQ(th_pins(t), 4);
+	EXPECT_EQ(th_vmlck_kb(t), KB(4));
+
+	emu_unpin(t, &e, IOVA_A + 2 * SZ_4K, 4);
+	EXPECT_EQ(th_pins(t), 2);
+	EXPECT_EQ(th_vmlck_kb(t), KB(2));
+	emu_unpin(t, &e, IOVA_A + 3 * SZ_4K, 2);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+	EXPECT_EQ(emu_stats(t, &e).unmap_calls, 0);	/* nothing was pinned */
+}
+
+/* An IOMMU group in the container already pinned and charged the pages. */
+TEST(pin_not_double_charged_with_iommu_group)
+{
+	struct emu e;
+	uint64_t *p, sig[3] = { 0 };
+	int i;
+
+	emu_v2(t, &e, true);
+	p = sig_mem(t, MSZ);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	EXPECT_EQ(th_pins(t), NP);
+	EXPECT_EQ(th_vmlck_kb(t), KB(NP));
+
+	ASSERT_EQ(emu_pin_sig(t, &e, IOVA_A + 5 * SZ_4K, 3, IOMMU_W, sig, 0), 3);
+	for (i = 0; i < 3; i++)
+		EXPECT_EQ(sig[i], SIG(5 + i));
+	/* the external pin holds a pin of its own but no extra charge */
+	EXPECT_EQ(th_pins(t), NP + 3);
+	EXPECT_EQ(th_vmlck_kb(t), KB(NP));
+	emu_unpin(t, &e, IOVA_A + 5 * SZ_4K, 3);
+	EXPECT_EQ(th_pins(t), NP);
+	EXPECT_EQ(th_vmlck_kb(t), KB(NP));
+
+	/* unmapping while pinned: the callback drops them, nothing leaks */
+	ASSERT_EQ(emu_pin(t, &e, IOVA_A, NP, IOMMU_R | IOMMU_W), NP);
+	EXPECT_EQ(th_pins(t), 2 * NP);
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_EQ(emu_stats(t, &e).pinned_pages, 0);
+}
+
+/* The module writes through the pinned page: userspace sees it. */
+TEST(pin_writes_reach_user_memory)
+{
+	struct emu e;
+	uint64_t *p;
+	int i;
+
+	emu_v2(t, &e, false);
+	p = sig_mem(t, MSZ);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	ASSERT_EQ(emu_pin_sig(t, &e, IOVA_A + SZ_4K, 8, IOMMU_R | IOMMU_W, NULL, 0x7700), 8);
+	for (i = 0; i < 8; i++)
+		EXPECT_EQ(p[(1 + i) * (SZ_4K / 8) + 1], 0x7700 + i);
+	EXPECT_EQ(p[1], 0);
+	emu_unpin(t, &e, IOVA_A + SZ_4K, 8);
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+}
+
+/* THP, 4K shmem and hugetlbfs memory: the right page at every offset. */
+TEST(pin_memory_kinds)
+{
+	static const enum vu_mem_kind kinds[] = { VU_MEM_THP, VU_MEM_POPULATE, VU_MEM_HUGETLB2M };
+	const size_t size = 4 * SZ_2M;
+	struct emu e;
+	size_t k;
+
+	emu_v2(t, &e, false);
+	for (k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+		static const size_t offs[] = { 0, 1, 511, 512, 513, 1023, 2047 };
+		uint64_t *p = th_mem(t, kinds[k], size), sig;
+		size_t i;
+
+		for (i = 0; i < size / SZ_4K; i++)
+			p[i * (SZ_4K / 8)] = SIG(i);
+		MAP_OK(e.c, IOVA_A, p, size);
+		for (i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
+			sig = 0;
+			ASSERT_EQ(emu_pin_sig(t, &e, IOVA_A + offs[i] * SZ_4K, 1, IOMMU_R,
+					      &sig, 0), 1);
+			EXPECT_EQ(sig, SIG(offs[i]));
+		}
+		EXPECT_EQ(th_vmlck_kb(t), KB(7));
+		EXPECT_EQ(th_pins(t), 7);
+		/* unmap drops them through the callback */
+		UNMAP_OK(e.c, IOVA_A, size);
+		EXPECT_EQ(th_pins(t), 0);
+		EXPECT_EQ(th_vmlck_kb(t), 0);
+	}
+}
+
+/* A pin spanning two adjacent mappings, and the largest allowed pin. */
+TEST(pin_across_mappings_and_max)
+{
+	struct emu e;
+	uint64_t *a, *b, *big;
+	static uint64_t sig[512];
+
+	emu_v2(t, &e, false);
+	a = sig_mem(t, MSZ);
+	b = sig_mem(t, MSZ);
+	MAP_OK(e.c, IOVA_A, a, MSZ);
+	MAP_OK(e.c, IOVA_A + MSZ, b, MSZ);
+	ASSERT_EQ(emu_pin_sig(t, &e, IOVA_A + MSZ - 2 * SZ_4K, 4, IOMMU_R, sig, 0), 4);
+	EXPECT_EQ(sig[0], SIG(NP - 2));
+	EXPECT_EQ(sig[1], SIG(NP - 1));
+	EXPECT_EQ(sig[2], SIG(0));
+	EXPECT_EQ(sig[3], SIG(1));
+	EXPECT_EQ(th_pins(t), 4);
+	EXPECT_EQ(th_vmlck_kb(t), KB(4));
+	emu_unpin(t, &e, IOVA_A + MSZ - 2 * SZ_4K, 4);
+
+	big = sig_mem(t, 512 * SZ_4K);
+	MAP_OK(e.c, IOVA_B, big, 512 * SZ_4K);
+	ASSERT_EQ(emu_pin_sig(t, &e, IOVA_B, 512, IOMMU_R | IOMMU_W, sig, 0), 512);
+	EXPECT_EQ(sig[0], SIG(0));
+	EXPECT_EQ(sig[511], SIG(511));
+	EXPECT_EQ(th_pins(t), 512);
+	EXPECT_EQ(th_vmlck_kb(t), KB(512));
+	emu_unpin(t, &e, IOVA_B, 512);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+	UNMAP_OK(e.c, IOVA_B, 512 * SZ_4K);
+	UNMAP_OK(e.c, IOVA_A, 2 * MSZ);
+}
+
+/* Stock's answers to bad pin_pages arguments; nothing stays pinned. */
+TEST(pin_invalid_args)
+{
+	struct emu e;
+	uint64_t *p, sig = 0;
+	long long before;
+
+	emu_v2(t, &e, false);
+	p = sig_mem(t, MSZ);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+
+	EXPECT_EQ(emu_pin(t, &e, IOVA_B, 1, IOMMU_R), -EINVAL);		/* not mapped */
+	EXPECT_EQ(emu_pin(t, &e, IOVA_A - SZ_4K, 1, IOMMU_R), -EINVAL);	/* just below */
+	EXPECT_EQ(emu_pin(t, &e, IOVA_A + MSZ, 1, IOMMU_R), -EINVAL);	/* just above */
+	EXPECT_EQ(emu_pin(t, &e, IOVA_A, 0, IOMMU_R), -EINVAL);		/* npage 0 */
+	EXPECT_EQ(emu_pin(t, &e, IOVA_A, 513, IOMMU_R), -E2BIG);		/* > 512 */
+	EXPECT_EQ(emu_pin(t, &e, IOVA_A, INT_MAX, IOMMU_R), -E2BIG);
+	/* running off the end of the mapping: everything pinned so far undone */
+	EXPECT_EQ(emu_pin(t, &e, IOVA_A + MSZ - 2 * SZ_4K, 3, IOMMU_R), -EINVAL);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_EQ(emu_stats(t, &e).records, 0);
+
+	/* unaligned iova: stock pins the page that holds it */
+	before = th_pins(t);
+	ASSERT_EQ(emu_pin_sig(t, &e, IOVA_A + 3 * SZ_4K + 0x800, 1, IOMMU_R, &sig, 0), 1);
+	EXPECT_EQ(sig, SIG(3));
+	EXPECT_EQ(th_pins(t), before + 1);
+	EXPECT_EQ(th_vmlck_kb(t), KB(1));
+	emu_unpin(t, &e, IOVA_A + 3 * SZ_4K + 0x800, 1);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+}
+
+/* A negative npage: vfio core compares it as unsigned with the maximum. */
+TEST(pin_negative_npage)
+{
+	struct emu e;
+	uint64_t *p;
+
+	emu_v2(t, &e, false);
+	p = sig_mem(t, MSZ);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	EXPECT_EQ(emu_pin(t, &e, IOVA_A, -1, IOMMU_R), -E2BIG);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(emu_stats(t, &e).records, 0);
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+}
+
+/* Write access to a read-only mapping: -EPERM, nothing left pinned. */
+TEST(pin_prot_readonly_mapping)
+{
+	struct emu e;
+	uint64_t *p;
+
+	emu_v2(t, &e, false);
+	p = sig_mem(t, MSZ);
+	ASSERT_EQ(vu_map(e.c, IOVA_A, p, MSZ, VFIO_DMA_MAP_FLAG_READ), 0);
+	EXPECT_EQ(emu_pin(t, &e, IOVA_A, 2, IOMMU_W), -EPERM);
+	EXPECT_EQ(emu_pin(t, &e, IOVA_A, 2, IOMMU_R | IOMMU_W), -EPERM);
+	EXPECT_EQ(th_pins(t), 0);
+	ASSERT_EQ(emu_pin(t, &e, IOVA_A, 2, IOMMU_R), 2);
+	EXPECT_EQ(th_pins(t), 2);
+	emu_unpin(t, &e, IOVA_A, 2);
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+}
+
+/* pin_pages is a v2 feature: -EACCES in a v1 container. */
+TEST(pin_v1_container)
+{
+	struct emu e;
+	uint64_t *p;
+
+	emu_setup(t, &e, VFIO_TYPE1_IOMMU, false);
+	p = sig_mem(t, MSZ);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	EXPECT_EQ(emu_pin(t, &e, IOVA_A, 1, IOMMU_R), -EACCES);
+	EXPECT_EQ(th_pins(t), 0);
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+}
+
+/* ------------------------------------------------------------------ */
+/* the dma_unmap callback */
+
+static void unmap_callback_body(struct th *t, bool nic)
+{
+	struct emu e;
+	uint64_t *a, *b, *c, done;
+	struct fm_emu_stats s0, s;
+	long long base_pins = nic ? 3 * NP : 0;
+
+	emu_v2(t, &e, nic);
+	a = sig_mem(t, MSZ);
+	b = sig_mem(t, MSZ);
+	c = sig_mem(t, MSZ);
+	MAP_OK(e.c, IOVA_A, a, MSZ);
+	MAP_OK(e.c, IOVA_A + MSZ, b, MSZ);
+	MAP_OK(e.c, IOVA_B, c, MSZ);
+	ASSERT_EQ(emu_pin(t, &e, IOVA_A + SZ_4K, 2, IOMMU_R), 2);
+	ASSERT_EQ(emu_pin(t, &e, IOVA_A + 4 * SZ_4K, 1, IOMMU_W), 1);
+	ASSERT_EQ(emu_pin(t, &e, IOVA_A + MSZ + 7 * SZ_4K, 3, IOMMU_R), 3);
+	EXPECT_EQ(th_pins(t), base_pins + 6);
+	EXPECT_EQ(th_vmlck_kb(t), nic ? KB(3 * NP) : KB(6));
+	s0 = emu_stats(t, &e);
+
+	/* a mapping nobody pinned: no callback */
+	UNMAP_OK(e.c, IOVA_B, MSZ);
+	s = emu_stats(t, &e);
+	EXPECT_EQ(s.unmap_calls, s0.unmap_calls);
+
+	/* the first mapping: one callback with its range, its 3 pins dropped */
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+	s = emu_stats(t, &e);
+	EXPECT_EQ(s.unmap_calls, s0.unmap_calls + 1);
+	EXPECT_EQ(s.last_unmap_iova, IOVA_A);
+	EXPECT_EQ(s.last_unmap_len, MSZ);
+	EXPECT_EQ(s.unmap_unpinned, s0.unmap_unpinned + 3);
+	EXPECT_EQ(s.pinned_pages, 3);
+	EXPECT_EQ(th_pins(t), (nic ? NP : 0) + 3);
+	EXPECT_EQ(th_vmlck_kb(t), nic ? KB(NP) : KB(3));
+
+	/* UNMAP_ALL reaches the second one */
+	ASSERT_EQ(vu_unmap(e.c, 0, 0, VFIO_DMA_UNMAP_FLAG_ALL, &done), 0);
+	EXPECT_EQ(done, MSZ);
+	s = emu_stats(t, &e);
+	EXPECT_EQ(s.unmap_calls, s0.unmap_calls + 2);
+	EXPECT_EQ(s.last_unmap_iova, IOVA_A + MSZ);
+	EXPECT_EQ(s.last_unmap_len, MSZ);
+	EXPECT_EQ(s.pinned_pages, 0);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+}
+
+TEST(unmap_callback_emulated_only)
+{
+	unmap_callback_body(t, false);
+}
+
+TEST(unmap_callback_with_iommu_group)
+{
+	unmap_callback_body(t, true);
+}
+
+/* One UNMAP_DMA over several pinned mappings: one callback per mapping. */
+TEST(unmap_callback_range_of_mappings)
+{
+	struct emu e;
+	uint64_t *p;
+	struct fm_emu_stats s0, s;
+	int i;
+
+	emu_v2(t, &e, true);
+	p = sig_mem(t, 4 * MSZ);
+	for (i = 0; i < 4; i++)
+		MAP_OK(e.c, IOVA_A + i * MSZ, (char *)p + i * MSZ, MSZ);
+	for (i = 0; i < 4; i += 2)
+		ASSERT_EQ(emu_pin(t, &e, IOVA_A + i * MSZ + SZ_4K, 1, IOMMU_R), 1);
+	s0 = emu_stats(t, &e);
+	UNMAP_OK(e.c, IOVA_A, 4 * MSZ);
+	s = emu_stats(t, &e);
+	EXPECT_EQ(s.unmap_calls - s0.unmap_calls, 2);
+	EXPECT_EQ(s.last_unmap_iova, IOVA_A + 2 * MSZ);
+	EXPECT_EQ(s.pinned_pages, 0);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* groups leaving and containers closing while pinned */
+
+/*
+ * The e1000e group leaves while the emulated device pins pages: its domain
+ * goes, the mappings are unpinned and re-accounted, VmLck keeps only the
+ * externally pinned pages (stock vfio_iommu_unmap_unpin_reaccount).
+ */
+TEST(detach_iommu_group_reaccounts)
+{
+	struct emu e;
+	uint64_t *p, sig = 0;
+	int none = -1;
+
+	emu_v2(t, &e, true);
+	p = sig_mem(t, MSZ);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	ASSERT_EQ(emu_pin(t, &e, IOVA_A + 2 * SZ_4K, 4, IOMMU_R | IOMMU_W), 4);
+	EXPECT_EQ(th_pins(t), NP + 4);
+	EXPECT_EQ(th_vmlck_kb(t), KB(NP));
+
+	ASSERT_EQ(ioctl(e.ngfd, VFIO_GROUP_UNSET_CONTAINER, &none), 0);
+	EXPECT_EQ(th_pins(t), 4);
+	EXPECT_EQ(th_vmlck_kb(t), KB(4));
+
+	/* the container still works for the emulated device */
+	ASSERT_EQ(emu_pin_sig(t, &e, IOVA_A + 9 * SZ_4K, 1, IOMMU_R, &sig, 0), 1);
+	EXPECT_EQ(sig, SIG(9));
+	EXPECT_EQ(th_pins(t), 5);
+	EXPECT_EQ(th_vmlck_kb(t), KB(5));
+	emu_unpin(t, &e, IOVA_A + 2 * SZ_4K, 4);
+	EXPECT_EQ(th_vmlck_kb(t), KB(1));
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+}
+
+/*
+ * The e1000e group joins a container whose mappings the emulated device
+ * already pinned: the replay pins every page but charges only the others.
+ */
+TEST(attach_iommu_group_after_pins)
+{
+	struct emu e;
+	uint64_t *p;
+	int groups[1], nfd;
+
+	emu_v2(t, &e, false);
+	p = sig_mem(t, MSZ);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	ASSERT_EQ(emu_pin(t, &e, IOVA_A, 3, IOMMU_R), 3);
+	EXPECT_EQ(th_vmlck_kb(t), KB(3));
+
+	th_e1000e_groups(t, groups, 1);
+	nfd = th_own_fd(t, vu_group_attach(e.c, groups[0]));
+	ASSERT_GE(nfd, 0);
+	EXPECT_EQ(th_pins(t), NP + 3);
+	EXPECT_EQ(th_vmlck_kb(t), KB(NP));
+
+	emu_unpin(t, &e, IOVA_A, 3);
+	EXPECT_EQ(th_pins(t), NP);
+	EXPECT_EQ(th_vmlck_kb(t), KB(NP));
+	ASSERT_EQ(emu_pin(t, &e, IOVA_A + 8 * SZ_4K, 2, IOMMU_R), 2);
+	th_close(t, nfd);	/* detach with pins: reaccount */
+	EXPECT_EQ(th_pins(t), 2);
+	EXPECT_EQ(th_vmlck_kb(t), KB(2));
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+}
+
+/*
+ * Large folios: external pins inside 2M runs across a replay (attach) and a
+ * reaccount (detach), for THP and hugetlbfs memory.
+ */
+static void folio_replay_body(struct th *t, enum vu_mem_kind kind)
+{
+	static const int offs[] = { 1, 511, 512, 1000 };
+	const size_t size = 4 * SZ_2M, np = size / SZ_4K;
+	struct emu e;
+	uint64_t *p, sig;
+	int groups[1], nfd;
+	size_t i;
+
+	emu_v2(t, &e, false);
+	p = th_mem(t, kind, size);
+	for (i = 0; i < np; i++)
+		p[i * (SZ_4K / 8)] = SIG(i);
+	MAP_OK(e.c, IOVA_A, p, size);
+	for (i = 0; i < 4; i++) {
+		sig = 0;
+		ASSERT_EQ(emu_pin_sig(t, &e, IOVA_A + offs[i] * SZ_4K, 1, IOMMU_R | IOMMU_W,
+				      &sig, 0), 1);
+		EXPECT_EQ(sig, SIG(offs[i]));
+	}
+	EXPECT_EQ(th_pins(t), 4);
+	EXPECT_EQ(th_vmlck_kb(t), KB(4));
+
+	th_e1000e_groups(t, groups, 1);
+	nfd = th_own_fd(t, vu_group_attach(e.c, groups[0]));
+	ASSERT_GE(nfd, 0);
+	EXPECT_EQ(th_pins(t), np + 4);
+	EXPECT_EQ(th_vmlck_kb(t), KB(np));
+	emu_unpin(t, &e, IOVA_A + 511 * SZ_4K, 1);
+	EXPECT_EQ(th_pins(t), np + 3);
+	EXPECT_EQ(th_vmlck_kb(t), KB(np));
+
+	th_close(t, nfd);
+	EXPECT_EQ(th_pins(t), 3);
+	EXPECT_EQ(th_vmlck_kb(t), KB(3));
+	UNMAP_OK(e.c, IOVA_A, size);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+}
+
+TEST(folio_replay_reaccount_thp)
+{
+	folio_replay_body(t, VU_MEM_THP);
+}
+
+TEST(folio_replay_reaccount_hugetlb2m)
+{
+	folio_replay_body(t, VU_MEM_HUGETLB2M);
+}
+
+/* Unmapping pinned mappings of 2M folios through an IOMMU domain. */
+TEST(folio_unmap_with_pins)
+{
+	const size_t size = 4 * SZ_2M, np = size / SZ_4K;
+	struct emu e;
+	uint64_t *p;
+
+	emu_v2(t, &e, true);
+	p = th_mem(t, VU_MEM_THP, size);
+	MAP_OK(e.c, IOVA_A, p, size);
+	ASSERT_EQ(emu_pin(t, &e, IOVA_A + 510 * SZ_4K, 4, IOMMU_R), 4);
+	ASSERT_EQ(emu_pin(t, &e, IOVA_A + 2047 * SZ_4K, 1, IOMMU_R), 1);
+	EXPECT_EQ(th_pins(t), np + 5);
+	EXPECT_EQ(th_vmlck_kb(t), KB(np));
+	UNMAP_OK(e.c, IOVA_A, size);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+}
+
+/* A v2 unmap that would split a pinned mapping fails before any callback. */
+TEST(unmap_split_refused_keeps_pins)
+{
+	struct emu e;
+	uint64_t *p;
+	struct fm_emu_stats s0;
+
+	emu_v2(t, &e, true);
+	p = sig_mem(t, MSZ);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	ASSERT_EQ(emu_pin(t, &e, IOVA_A, 2, IOMMU_R), 2);
+	s0 = emu_stats(t, &e);
+	EXPECT_EQ(vu_unmap(e.c, IOVA_A, SZ_4K, 0, NULL), -EINVAL);
+	EXPECT_EQ(emu_stats(t, &e).unmap_calls, s0.unmap_calls);
+	EXPECT_EQ(emu_stats(t, &e).pinned_pages, 2);
+	EXPECT_EQ(th_pins(t), NP + 2);
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+	EXPECT_EQ(emu_stats(t, &e).unmap_calls, s0.unmap_calls + 1);
+	EXPECT_EQ(th_pins(t), 0);
+}
+
+/*
+ * Closing the container and group fds while the device pins pages: the
+ * open device keeps the container alive (pins stay); closing the device
+ * drops its pins (close_device), then the container goes and unpins the rest.
+ */
+static void close_with_pins_body(struct th *t, bool nic)
+{
+	struct emu e;
+	uint64_t *p;
+	struct fm_emu_stats s;
+
+	emu_v2(t, &e, nic);
+	p = sig_mem(t, MSZ);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	ASSERT_EQ(emu_pin(t, &e, IOVA_A + SZ_4K, 5, IOMMU_R | IOMMU_W), 5);
+	EXPECT_EQ(th_pins(t), (nic ? NP : 0) + 5);
+
+	th_close(t, e.c);
+	EXPECT_EQ(th_pins(t), (nic ? NP : 0) + 5);
+	if (nic) {
+		/* the IOMMU group leaves: only the external pins stay charged */
+		th_close(t, e.ngfd);
+		EXPECT_EQ(th_pins(t), 5);
+		EXPECT_EQ(th_vmlck_kb(t), KB(5));
+	}
+	th_close(t, e.egfd);
+	EXPECT_EQ(th_pins(t), 5);
+	EXPECT_EQ(th_vmlck_kb(t), KB(5));
+	s = emu_stats(t, &e);
+	EXPECT_EQ(s.pinned_pages, 5);
+
+	th_close(t, e.dev);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+}
+
+TEST(close_with_pins_emulated_only)
+{
+	close_with_pins_body(t, false);
+}
+
+TEST(close_with_pins_with_iommu_group)
+{
+	close_with_pins_body(t, true);
+}
+
+/* The device fd closes first: close_device unpins, the container lives on. */
+TEST(close_device_first)
+{
+	struct emu e;
+	uint64_t *p;
+
+	emu_v2(t, &e, true);
+	p = sig_mem(t, MSZ);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	ASSERT_EQ(emu_pin(t, &e, IOVA_A, 4, IOMMU_R), 4);
+	th_close(t, e.dev);
+	EXPECT_EQ(th_pins(t), NP);
+	EXPECT_EQ(th_vmlck_kb(t), KB(NP));
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+	EXPECT_EQ(th_pins(t), 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* dma_rw */
+
+static void rw_body(struct th *t, bool nic, unsigned int kflag)
+{
+	struct emu e;
+	unsigned char *p, *q, *buf;
+	size_t i;
+
+	emu_v2(t, &e, nic);
+	p = th_anon(t, MSZ);
+	q = th_anon(t, MSZ);
+	for (i = 0; i < MSZ; i++) {
+		p[i] = (unsigned char)(i * 7 + 1);
+		q[i] = (unsigned char)(i * 13 + 5);
+	}
+	/* two mappings adjacent in IOVA, apart in the address space */
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	MAP_OK(e.c, IOVA_A + MSZ, q, MSZ);
+	buf = th_anon(t, 2 * MSZ);
+
+	/* read at an odd offset, three pages long */
+	memset(buf, 0, 3 * SZ_4K);
+	ASSERT_EQ(emu_rw(t, e.dev, IOVA_A + 100, buf, 3 * SZ_4K, kflag), 0);
+	EXPECT_EQ(memcmp(buf, p + 100, 3 * SZ_4K), 0);
+
+	/* read across the two mappings */
+	ASSERT_EQ(emu_rw(t, e.dev, IOVA_A + MSZ - 5000, buf, 10000, kflag), 0);
+	EXPECT_EQ(memcmp(buf, p + MSZ - 5000, 5000), 0);
+	EXPECT_EQ(memcmp(buf + 5000, q, 5000), 0);
+
+	/* write across the two mappings, then check from userspace */
+	for (i = 0; i < 12000; i++)
+		buf[i] = (unsigned char)(0xa5 ^ i);
+	ASSERT_EQ(emu_rw(t, e.dev, IOVA_A + MSZ - 6001, buf, 12000,
+			 kflag | FM_EMU_RW_WRITE), 0);
+	EXPECT_EQ(memcmp(p + MSZ - 6001, buf, 6001), 0);
+	EXPECT_EQ(memcmp(q, buf + 6001, 12000 - 6001), 0);
+	EXPECT_EQ(p[MSZ - 6002], (unsigned char)((MSZ - 6002) * 7 + 1));
+	EXPECT_EQ(q[12000 - 6001], (unsigned char)((12000 - 6001) * 13 + 5));
+
+	/* one byte */
+	buf[0] = 0x3c;
+	ASSERT_EQ(emu_rw(t, e.dev, IOVA_A + 7, buf, 1, kflag | FM_EMU_RW_WRITE), 0);
+	EXPECT_EQ(p[7], 0x3c);
+
+	/* dma_rw pins nothing */
+	EXPECT_EQ(th_pins(t), nic ? 2 * NP : 0);
+	EXPECT_EQ(th_vmlck_kb(t), nic ? KB(2 * NP) : 0);
+	UNMAP_OK(e.c, IOVA_A, 2 * MSZ);
+}
+
+TEST(dma_rw_read_write)
+{
+	rw_body(t, false, 0);
+}
+
+TEST(dma_rw_read_write_kthread)
+{
+	rw_body(t, false, FM_EMU_RW_KTHREAD);
+}
+
+TEST(dma_rw_with_iommu_group)
+{
+	rw_body(t, true, 0);
+}
+
+TEST(dma_rw_invalid)
+{
+	struct emu e;
+	unsigned char *p, *buf;
+
+	emu_v2(t, &e, false);
+	p = th_anon(t, MSZ);
+	buf = th_anon(t, 2 * MSZ);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	ASSERT_EQ(vu_map(e.c, IOVA_B, p, MSZ, VFIO_DMA_MAP_FLAG_READ), 0);
+
+	EXPECT_EQ(emu_rw(t, e.dev, IOVA_A + MSZ, buf, 16, 0), -EINVAL);	/* unmapped */
+	EXPECT_EQ(emu_rw(t, e.dev, IOVA_A - 1, buf, 16, 0), -EINVAL);
+	EXPECT_EQ(emu_rw(t, e.dev, IOVA_A, buf, 0, 0), -EINVAL);		/* len 0 */
+	EXPECT_EQ(emu_rw(t, e.dev, IOVA_A, buf, 16, FM_EMU_RW_NULL), -EINVAL);
+	/* runs into a hole: -EINVAL after copying what was mapped */
+	memset(buf, 0x11, 2 * SZ_4K);
+	EXPECT_EQ(emu_rw(t, e.dev, IOVA_A + MSZ - SZ_4K, buf, 2 * SZ_4K,
+			 FM_EMU_RW_WRITE), -EINVAL);
+	EXPECT_EQ(p[MSZ - 1], 0x11);
+	/* read-only mapping: reads work, writes -EPERM */
+	EXPECT_EQ(emu_rw(t, e.dev, IOVA_B, buf, 64, 0), 0);
+	EXPECT_EQ(emu_rw(t, e.dev, IOVA_B, buf, 64, FM_EMU_RW_WRITE), -EPERM);
+	EXPECT_EQ(emu_rw(t, e.dev, IOVA_B, buf, 64, FM_EMU_RW_WRITE | FM_EMU_RW_KTHREAD),
+		  -EPERM);
+	UNMAP_OK(e.c, IOVA_B, MSZ);
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+}
+
+/* The mapping's vaddr no longer maps memory: -EFAULT (nothing pinned). */
+TEST(dma_rw_unmapped_vaddr)
+{
+	struct emu e;
+	unsigned char *p, buf[64];
+
+	emu_v2(t, &e, false);
+	p = mmap(NULL, MSZ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(p, MAP_FAILED);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	munmap(p, MSZ);
+	EXPECT_EQ(emu_rw(t, e.dev, IOVA_A, buf, sizeof(buf), 0), -EFAULT);
+	EXPECT_EQ(emu_rw(t, e.dev, IOVA_A, buf, sizeof(buf), FM_EMU_RW_WRITE), -EFAULT);
+	EXPECT_EQ(emu_rw(t, e.dev, IOVA_A, buf, sizeof(buf), FM_EMU_RW_KTHREAD), -EFAULT);
+	EXPECT_EQ(emu_pin(t, &e, IOVA_A, 1, IOMMU_R), -EFAULT);
+	EXPECT_EQ(th_pins(t), 0);
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+}
+
+/* Another process (here a fork child) is not the mapping's mm: -EFAULT. */
+TEST(dma_rw_from_other_process)
+{
+	struct emu e;
+	unsigned char *p;
+	int status;
+	pid_t pid;
+
+	emu_v2(t, &e, false);
+	p = th_anon(t, MSZ);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		unsigned char b[16];
+		struct fm_emu_rw r = { .iova = IOVA_A, .uaddr = (uintptr_t)b, .len = 16 };
+		int rc = ioctl(e.dev, FM_EMU_RW, &r) ? 100 : (int)-r.ret;
+
+		r.flags = FM_EMU_RW_KTHREAD;	/* a kthread borrows the owner's mm */
+		if (rc == EFAULT && (ioctl(e.dev, FM_EMU_RW, &r) || r.ret))
+			rc = 101;
+		_exit(rc);
+	}
+	ASSERT_EQ(waitpid(pid, &status, 0), pid);
+	ASSERT_TRUE(WIFEXITED(status));
+	EXPECT_EQ(WEXITSTATUS(status), EFAULT);
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+}
+
+/* dma_rw has no v2 requirement. */
+TEST(dma_rw_v1_container)
+{
+	struct emu e;
+	unsigned char *p, buf[32];
+
+	emu_setup(t, &e, VFIO_TYPE1_IOMMU, false);
+	p = th_anon(t, MSZ);
+	memset(p, 0x42, 64);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	EXPECT_EQ(emu_rw(t, e.dev, IOVA_A + 8, buf, sizeof(buf), 0), 0);
+	EXPECT_EQ(buf[0], 0x42);
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+}
+
+/* ------------------------------------------------------------------ */
+/* dirty tracking scope */
+
+/*
+ * An emulated group alone has a pinned-page dirty scope: only the pages it
+ * pinned or wrote through dma_rw are dirty.
+ */
+TEST(dirty_scope_emulated_only)
+{
+	struct emu e;
+	uint64_t *p, bitmap[1] = { 0 };
+	unsigned char b = 1;
+	struct {
+		struct vfio_iommu_type1_dirty_bitmap db;
+		struct vfio_iommu_type1_dirty_bitmap_get g;
+	} d = { 0 };
+	struct vfio_iommu_type1_dirty_bitmap st = { .argsz = sizeof(st) };
+
+	emu_v2(t, &e, false);
+	p = sig_mem(t, MSZ);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	st.flags = VFIO_IOMMU_DIRTY_PAGES_FLAG_START;
+	ASSERT_EQ(ioctl(e.c, VFIO_IOMMU_DIRTY_PAGES, &st), 0);
+	ASSERT_EQ(emu_pin(t, &e, IOVA_A + 3 * SZ_4K, 1, IOMMU_R | IOMMU_W), 1);
+	ASSERT_EQ(emu_rw(t, e.dev, IOVA_A + 5 * SZ_4K + 10, &b, 1, FM_EMU_RW_WRITE), 0);
+	ASSERT_EQ(emu_rw(t, e.dev, IOVA_A + 9 * SZ_4K, &b, 1, 0), 0);	/* a read */
+
+	d.db.argsz = sizeof(d);
+	d.db.flags = VFIO_IOMMU_DIRTY_PAGES_FLAG_GET_BITMAP;
+	d.g.iova = IOVA_A;
+	d.g.size = MSZ;
+	d.g.bitmap.pgsize = SZ_4K;
+	d.g.bitmap.size = sizeof(bitmap);
+	d.g.bitmap.data = (void *)bitmap;
+	ASSERT_EQ(ioctl(e.c, VFIO_IOMMU_DIRTY_PAGES, &d), 0);
+	EXPECT_EQ(bitmap[0] & 0xffff, (1 << 3) | (1 << 5));
+
+	st.flags = VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP;
+	ASSERT_EQ(ioctl(e.c, VFIO_IOMMU_DIRTY_PAGES, &st), 0);
+	emu_unpin(t, &e, IOVA_A + 3 * SZ_4K, 1);
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+}
+
+int main(int argc, char **argv)
+{
+	int ret;
+
+	if (emu_module_load())
+		fprintf(stderr, "t_emulated: fm_emu not loaded; every test will fail\n");
+	ret = th_main(argc, argv);
+	emu_module_unload();
+	return ret;
+}
