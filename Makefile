@@ -5,6 +5,7 @@
 #                   against stock type1 and foliomap; ends "N passed, N failed"
 # make bench        the seed's table, stock and foliomap side by side in a guest
 # make bench-scale  map/unmap time against buffer size, both backends (bench/README.md)
+# make bench-vmm    a real VMM (QEMU + vfio-pci) start/stop time, both backends
 #
 KERNEL ?= 6.12
 
@@ -36,9 +37,13 @@ bench-scale: deps
 	$(MAKE) all
 	bench/scale --kernel $(KERNEL)
 
+bench-vmm: deps
+	$(MAKE) all
+	bench/vmm --kernel $(KERNEL)
+
 clean:
 	-$(MAKE) -C kmod clean KVER=$(KVER)
 	$(MAKE) -C tools clean
 	$(MAKE) -C tests clean
 
-.PHONY: all deps module tools check bench bench-scale clean
+.PHONY: all deps module tools check bench bench-scale bench-vmm clean
