@@ -98,7 +98,7 @@ static int fm_pin_external(struct fm_dma *dma, dma_addr_t iova, unsigned long *p
 	if (!pfn_valid(*pfn))
 		goto out;
 
-	/* Reserved pages are not pinned, so not charged either. */
+	/* Reserved pages are not charged. */
 	rsvd = PageReserved(pfn_to_page(*pfn));
 	if (rsvd)
 		dma->has_rsvd = true;

@@ -93,6 +93,12 @@ struct fm_dma {
 	 * after it was pinned. While clear, whole runs are unpinned at once.
 	 */
 	bool			has_rsvd;
+	/*
+	 * Set when any pfn came from a VM_PFNMAP lookup, which pins nothing.
+	 * While clear, every pfn in the IOMMU came from GUP and holds a pin,
+	 * reserved or not. Never cleared.
+	 */
+	bool			has_pfnmap;
 	struct task_struct	*task;		/* mapping task (get_task_struct) */
 	struct mm_struct	*mm;		/* its mm (mmgrab) */
 	struct rb_root		pfn_list;	/* struct fm_vpfn: external pins */

@@ -51,8 +51,8 @@ struct fm_pinner {
 };
 
 /*
- * Memory without a struct page (MMIO) or with PageReserved is neither
- * pinned nor charged. Drivers that reserve a compound page reserve all of
+ * Memory without a struct page (MMIO) or with PageReserved is not charged
+ * (GUP still pins reserved pages, see fm_release_run()). Drivers that reserve a compound page reserve all of
  * its subpages, so testing any page of a folio answers for the folio.
  */
 bool fm_pfn_is_invalid_or_reserved(unsigned long pfn)
@@ -274,6 +274,7 @@ static int fm_batch_charge(struct fm_pinner *p)
 	if (b->pfnmap) {
 		/* fm_fill_pfnmap() accepted reserved/invalid pfns only. */
 		dma->has_rsvd = true;
+		dma->has_pfnmap = true;
 		return 0;
 	}
 
@@ -448,6 +449,8 @@ int fm_pin_one(struct fm_dma *dma, unsigned long vaddr, unsigned long *pfn)
 	ret = fm_batch_fill(&b, dma->mm, vaddr, 1, dma->prot);
 	if (ret < 0)
 		return ret;
+	if (b.pfnmap)
+		dma->has_pfnmap = true;
 	*pfn = fm_batch_pfn(&b, 0);
 	return 0;
 }

@@ -56,7 +56,7 @@ struct fm_unmapper {
  * Unpin one physically contiguous run. Adds to @uncharge the pages whose
  * charge is released: those unpinned, less the externally pinned ones,
  * which stay charged for as long as their external pin lives. Returns the
- * number of pages unpinned.
+ * number of charged pages unpinned.
  */
 static long fm_release_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
 			   unsigned long npage, long *uncharge)
@@ -72,13 +72,25 @@ static long fm_release_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pf
 		return npage;
 	}
 
-	/* Reserved and PFNMAP pfns were neither pinned nor charged. */
+	/* Reserved and PFNMAP pfns were not charged. */
 	for (i = 0; i < npage; i++) {
 		struct page *page;
 
-		if (fm_pfn_is_invalid_or_reserved(pfn + i))
+		/* MMIO: only a VM_PFNMAP lookup gives it, and pins nothing. */
+		if (!pfn_valid(pfn + i))
 			continue;
 		page = pfn_to_page(pfn + i);
+		/*
+		 * GUP pins a reserved page like any other (the zero page
+		 * aside, whose unpin is a no-op), a VM_PFNMAP lookup does
+		 * not, and the two cannot be told apart here. Without any
+		 * PFNMAP pfn in the mapping, the page came from GUP.
+		 */
+		if (PageReserved(page)) {
+			if (!dma->has_pfnmap)
+				unpin_user_page(page);
+			continue;
+		}
 		unpin_user_pages_dirty_lock(&page, 1, dirty);
 		unpinned++;
 		if (fm_vpfn_find(dma, iova + (i << PAGE_SHIFT)))
