@@ -3,6 +3,8 @@
 # make              build the module (for KERNEL) and the userspace tools
 # make check        install what is needed, build, boot guests, run every test
 #                   against stock type1 and foliomap; ends "N passed, N failed"
+# make fuzz [SEED=1] [STEPS=5000]  differential fuzzing: one stock guest runs the
+#                   seeded ioctl sequence on stock type1, then on foliomap (tests/t_fuzz.c)
 # make bench        the seed's table, stock and foliomap side by side in a guest
 # make bench-scale  map/unmap time against buffer size, both backends (bench/README.md)
 # make bench-vmm    a real VMM (QEMU + vfio-pci) start/stop time, both backends
@@ -29,6 +31,13 @@ check: deps
 	$(MAKE) all
 	tests/check --kernel $(KERNEL)
 
+SEED ?= 1
+STEPS ?= 5000
+fuzz: deps
+	$(MAKE) all
+	vm/run --kernel $(KERNEL) --backend stock --share $(CURDIR) -- \
+		$(CURDIR)/tests/bin/t_fuzz --diff --seed $(SEED) --steps $(STEPS)
+
 bench: deps
 	$(MAKE) all
 	bench/run --kernel $(KERNEL)
@@ -46,4 +55,4 @@ clean:
 	$(MAKE) -C tools clean
 	$(MAKE) -C tests clean
 
-.PHONY: all deps module tools check bench bench-scale bench-vmm clean
+.PHONY: all deps module tools check fuzz bench bench-scale bench-vmm clean
