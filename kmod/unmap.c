@@ -395,8 +395,13 @@ again:
 			goto out;
 		last = (dma_addr_t)-1;
 	} else {
-		if (!size || size & (pgsize - 1) || iova + size - 1 < iova)
+		if (!size || size & (pgsize - 1))
 			goto out;
+		/* As upstream since 6.18: a wrapping range is an overflow. */
+		ret = -EOVERFLOW;
+		if (iova + size - 1 < iova)
+			goto out;
+		ret = -EINVAL;
 		last = iova + size - 1;
 	}
 	/* Dirty bits are kept at the smallest page size only. */
