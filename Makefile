@@ -47,7 +47,8 @@ bench-scale: deps
 	bench/scale --kernel $(KERNEL)
 
 bench-vmm: deps
-	$(MAKE) all
+	$(MAKE) module
+	$(MAKE) -C tools
 	bench/vmm --kernel $(KERNEL)
 
 clean:

@@ -11,6 +11,9 @@
  *   B M|U <iova> <size> <t_begin>                      before the ioctl
  *   E M|U <iova> <size> <t_begin> <t_end> <ret> <errno> after it
  *
+ *   X <t>                                              at exit(), in the
+ *                                                      shim's destructor
+ *
  * Times are CLOCK_MONOTONIC_RAW seconds (the same clock as vmm-bench), sizes
  * bytes (for UNMAP, E's size is the size the kernel reports unmapped). A B
  * line without its E line is an ioctl the process never returned from.
@@ -101,4 +104,21 @@ int ioctl(int fd, unsigned long req, ...)
 	if (ret < 0)
 		errno = err;
 	return ret;
+}
+
+/*
+ * The process's last user-space moment (exit(): shared-object destructors
+ * run after main has returned and after the atexit handlers): what follows
+ * until the parent's waitpid returns is the kernel's exit (mm teardown, the
+ * VFIO container's release: unmap and unpin of everything still mapped).
+ */
+__attribute__((destructor)) static void at_exit_time(void)
+{
+	char buf[64];
+	int len;
+
+	if (log_fd == -1 || (log_fd == -2 && !getenv("VFIO_IOCTL_LOG")))
+		return;
+	len = snprintf(buf, sizeof(buf), "X %.9f\n", now());
+	log_line(buf, len);
 }

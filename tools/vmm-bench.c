@@ -29,6 +29,11 @@
  * MAP_DMA + UNMAP_DMA ioctls (from the shim's log; QEMU maps the RAM at
  * vfio-pci realize, then at machine reset unmaps and remaps it in pieces
  * around the legacy ROM holes: ioctl_trace lists every call).
+ * Parts: premap_s = t0 until the first MAP_DMA begins (exec, QEMU init,
+ * RAM prealloc: no VFIO yet); map_to_ready_s = from there until t_ready;
+ * exit_user_s = t_quit until QEMU's exit() (the shim's destructor);
+ * exit_kernel_s = from there until waitpid returns (the kernel's exit:
+ * mm teardown and the container release, which unmaps and unpins the RAM).
  * pin_leak_pages: pins not given back after the exit. locked_vm_leak_pages:
  * the VMM's VmLck just before quit minus the pages its MAP_DMAs pinned (type1
  * charges each pinned page to locked_vm; the mm is gone after the exit, so
@@ -142,6 +147,8 @@ static void counters(struct counters *c)
 struct ioctls {
 	int n_map, n_unmap, open;	/* open: B lines without their E line */
 	double map_s, unmap_s, last_map_end;
+	double first_map_begin;		/* 0 if none */
+	double exit_time;		/* the shim's destructor ran; 0 if not */
 	long long mapped, unmapped;	/* bytes, successful calls */
 	int failed;
 	bool big_begun;			/* a MAP of >= half the RAM has begun */
@@ -163,8 +170,12 @@ static void read_log(struct ioctls *io)
 	while (fgets(line, sizeof(line), f)) {
 		if (sscanf(line, "B %c %llx %llu %lf", &op, &iova, &size, &t0) == 4) {
 			io->open++;
+			if (op == 'M' && !io->first_map_begin)
+				io->first_map_begin = t0;
 			if (op == 'M' && size >= (unsigned long long)ram_mib << 19)
 				io->big_begun = true;
+		} else if (sscanf(line, "X %lf", &t0) == 1) {
+			io->exit_time = t0;
 		} else if (sscanf(line, "E %c %llx %llu %lf %lf %d %d", &op, &iova, &size,
 				  &t0, &t1, &ret, &err) == 7) {
 			io->open--;
@@ -460,12 +471,17 @@ int main(int argc, char **argv)
 	       "\"pins_held_pages\": %lld, \"anon_huge_kb\": %lld, \"hugepages_used\": %lld, "
 	       "\"last_map_to_ready_s\": %.6f, \"map_before_ready\": %s, \"failed_ioctls\": %d, "
 	       "\"settle_s\": %.3f, \"pin_leak_pages\": %lld, \"locked_vm_leak_pages\": %lld, "
-	       "\"hugepages_leak\": %lld, \"mlock_diff_pages\": %lld, \"ioctl_trace\": \"%s\"}\n",
+	       "\"hugepages_leak\": %lld, \"mlock_diff_pages\": %lld, "
+	       "\"premap_s\": %.6f, \"map_to_ready_s\": %.6f, \"exit_user_s\": %.6f, \"exit_kernel_s\": %.6f, "
+	       "\"ioctl_trace\": \"%s\"}\n",
 	       backend, backing, gib, t_ready - t0, t_exit - t_quit, io.map_s + io.unmap_s,
 	       io.map_s, io.unmap_s, io.n_map, io.n_unmap, io_ready.mapped >> 10,
 	       lck_ready, lck_quit, held.pins - base.pins, thp_kb, base.huge_free - held.huge_free,
 	       t_ready - io_ready.last_map_end, map_before_ready ? "true" : "false", io.failed,
 	       settle_s, after.pins - base.pins, lck_diff, base.huge_free - after.huge_free,
-	       after.mlock - base.mlock, io.trace);
+	       after.mlock - base.mlock, io_ready.first_map_begin - t0,
+	       t_ready - io_ready.first_map_begin,
+	       io.exit_time ? io.exit_time - t_quit : -1, io.exit_time ? t_exit - io.exit_time : -1,
+	       io.trace);
 	return bad;
 }
