@@ -909,6 +909,45 @@ TEST(dma_rw_v1_container)
 	UNMAP_OK(e.c, IOVA_A, MSZ);
 }
 
+/* UPDATE_VADDR is off while an emulated group is in the container. */
+TEST(vaddr_update_refused_with_emulated_group)
+{
+	struct emu e;
+	uint64_t *p, done = ~0ULL;
+
+	emu_v2(t, &e, true);
+	p = sig_mem(t, MSZ);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	EXPECT_EQ(ioctl(e.c, VFIO_CHECK_EXTENSION, VFIO_UPDATE_VADDR), 0);
+	EXPECT_EQ(vu_unmap(e.c, IOVA_A, MSZ, VFIO_DMA_UNMAP_FLAG_VADDR, &done), -EBUSY);
+	EXPECT_EQ(vu_unmap(e.c, 0, 0, VFIO_DMA_UNMAP_FLAG_VADDR | VFIO_DMA_UNMAP_FLAG_ALL,
+			   &done), -EBUSY);
+	/* the mapping is untouched: pin and unmap still work */
+	ASSERT_EQ(emu_pin(t, &e, IOVA_A, 1, IOMMU_R), 1);
+	EXPECT_EQ(th_pins(t), NP + 1);
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+	EXPECT_EQ(th_pins(t), 0);
+}
+
+/* An emulated group cannot join while a vaddr is invalidated (-EBUSY). */
+TEST(emulated_attach_refused_while_vaddr_invalid)
+{
+	int groups[1], gfds[1], c, g;
+	uint64_t *p, done = 0;
+
+	th_e1000e_groups(t, groups, 1);
+	c = th_container_of(t, VFIO_TYPE1v2_IOMMU, groups, 1, gfds);
+	p = sig_mem(t, MSZ);
+	MAP_OK(c, IOVA_A, p, MSZ);
+	ASSERT_EQ(vu_unmap(c, IOVA_A, MSZ, VFIO_DMA_UNMAP_FLAG_VADDR, &done), 0);
+	EXPECT_EQ(vu_group_attach(c, emu_group(t)), -EBUSY);
+	ASSERT_EQ(vu_map(c, IOVA_A, p, MSZ, VFIO_DMA_MAP_FLAG_VADDR), 0);
+	g = th_own_fd(t, vu_group_attach(c, emu_group(t)));
+	ASSERT_GE(g, 0);
+	EXPECT_EQ(th_pins(t), NP);
+	UNMAP_OK(c, IOVA_A, MSZ);
+}
+
 /* ------------------------------------------------------------------ */
 /* dirty tracking scope */
 
