@@ -108,8 +108,9 @@ static inline void edu_open(struct th *t, int gfd, struct edu *e)
 	size_t size = 0;
 
 	e->dev = th_device_fd(t, gfd, th_bdf(t, -1));
-	e->bar = th_own_mem(t, th_bar_mmap(t, e->dev, VFIO_PCI_BAR0_REGION_INDEX, NULL, &size),
-			    size);
+	/* two statements: th_own_mem's size must be read after the mmap */
+	e->bar = th_bar_mmap(t, e->dev, VFIO_PCI_BAR0_REGION_INDEX, NULL, &size);
+	th_own_mem(t, (void *)e->bar, size);
 	e->bar_size = size;
 	ASSERT_GE(e->bar_size, 0x100);
 	th_bus_master(t, e->dev);

@@ -191,6 +191,40 @@ TEST_V12(bar_between_thp_and_pages)
 	EXPECT_ACCT(0);
 }
 
+/*
+ * UPDATE_VADDR over a BAR mapping: invalidate, mmap the BAR again
+ * elsewhere, re-attach; nothing is pinned or charged at any step.
+ */
+TEST(bar_vaddr_update)
+{
+	int groups[1], gfd, c, dev;
+	size_t size = 0, size2 = 0;
+	void *bar, *bar2;
+	char *a = th_anon(t, 2 * SZ_4K);
+	uint64_t done = 0;
+
+	th_e1000e_groups(t, groups, 1);
+	c = th_container_of(t, VFIO_TYPE1v2_IOMMU, groups, 1, &gfd);
+	dev = e1000e_dev(t, gfd);
+	bar = th_bar_mmap(t, dev, VFIO_PCI_BAR0_REGION_INDEX, NULL, &size);
+	MAP_OK(c, IOVA_A, bar, size);
+	MAP_OK(c, IOVA_A + size, a, 2 * SZ_4K);
+	EXPECT_ACCT(2);
+	ASSERT_EQ(vu_unmap(c, IOVA_A, size + 2 * SZ_4K, VFIO_DMA_UNMAP_FLAG_VADDR, &done), 0);
+	EXPECT_EQ(done, size + 2 * SZ_4K);
+	ASSERT_EQ(munmap(bar, size), 0);
+	EXPECT_ACCT(2);
+	/* two statements: th_own_mem's size must be read after the mmap */
+	bar2 = th_bar_mmap(t, dev, VFIO_PCI_BAR0_REGION_INDEX, NULL, &size2);
+	th_own_mem(t, bar2, size2);
+	ASSERT_EQ(vu_map(c, IOVA_A, bar2, size2, VFIO_DMA_MAP_FLAG_VADDR), 0);
+	ASSERT_EQ(vu_map(c, IOVA_A + size, a, 2 * SZ_4K, VFIO_DMA_MAP_FLAG_VADDR), 0);
+	EXPECT_ACCT(2);
+	ASSERT_EQ(vu_unmap(c, 0, 0, VFIO_DMA_UNMAP_FLAG_ALL, &done), 0);
+	EXPECT_EQ(done, size + 2 * SZ_4K);
+	EXPECT_ACCT(0);
+}
+
 /* A read-only BAR mmap cannot back a device-writable mapping (as memory). */
 TEST(bar_read_only_mmap)
 {
