@@ -80,23 +80,6 @@ static inline const char *th_backend_module(void)
 	return is_foliomap() ? "foliomap" : "vfio_iommu_type1";
 }
 
-/* Module reference count: each container served by a backend holds one. */
-static inline long th_module_refcnt(const char *mod)
-{
-	char path[128];
-	long v = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/sys/module/%s/refcnt", mod);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	if (fscanf(f, "%ld", &v) != 1)
-		v = -1;
-	fclose(f);
-	return v;
-}
-
 /*
  * Container with the given groups and type.  Fails unless the backend under
  * test (not another registered driver) took it.  Group fds go to gfds.
@@ -105,7 +88,7 @@ static inline int th_container_of(struct th *t, int type, const int *groups,
 				  int ngroups, int *gfds)
 {
 	const char *mod = th_backend_module();
-	long ref0 = th_module_refcnt(mod), ref1;
+	long ref0 = vu_module_refcnt(mod), ref1;
 	int c, i;
 
 	if (ref0 < 0)
@@ -117,7 +100,7 @@ static inline int th_container_of(struct th *t, int type, const int *groups,
 	th_own_fd(t, c);
 	for (i = 0; i < ngroups; i++)
 		th_own_fd(t, gfds[i]);
-	ref1 = th_module_refcnt(mod);
+	ref1 = vu_module_refcnt(mod);
 	if (ref1 != ref0 + 1)
 		FAIL("container not served by %s (refcnt %ld -> %ld)", mod, ref0, ref1);
 	return c;

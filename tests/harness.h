@@ -241,31 +241,12 @@ static inline void *th_own_mem(struct th *t, void *p, size_t size)
 /* ------------------------------------------------------------------ */
 /* counters */
 
-/* Fold the per-cpu vmstat deltas so /proc/vmstat is exact. */
-static inline void th_vmstat_refresh(void)
-{
-	int fd = open("/proc/sys/vm/stat_refresh", O_WRONLY);
-
-	if (fd >= 0) {
-		if (write(fd, "1\n", 2) < 0) {
-			/* best effort: reading is still meaningful */
-		}
-		close(fd);
-	}
-}
-
-static inline int th_counters(struct vu_counters *c)
-{
-	th_vmstat_refresh();
-	return vu_counters_read(c);
-}
-
 /* Pins outstanding and VmLck (KiB) relative to the start of the test. */
 static inline long long th_pins(struct th *t)
 {
 	struct vu_counters now;
 
-	if (th_counters(&now))
+	if (vu_counters_read(&now))
 		FAIL("cannot read counters");
 	return vu_pins_outstanding(&t->start, &now);
 }
@@ -274,7 +255,7 @@ static inline long long th_vmlck_kb(struct th *t)
 {
 	struct vu_counters now;
 
-	if (th_counters(&now))
+	if (vu_counters_read(&now))
 		FAIL("cannot read counters");
 	return now.vmlck_kb - t->start.vmlck_kb;
 }
@@ -288,7 +269,7 @@ static inline void th_child(struct th *t)
 	int i;
 
 	alarm(TH_TIMEOUT);
-	if (th_counters(&t->start)) {
+	if (vu_counters_read(&t->start)) {
 		th_diag("cannot read /proc/vmstat pin counters or VmLck");
 		th_res->failed = 1;
 		return;
@@ -304,7 +285,7 @@ static inline void th_child(struct th *t)
 		munmap(t->mem[i].p, t->mem[i].size);
 	t->nmem = 0;
 
-	if (th_counters(&end)) {
+	if (vu_counters_read(&end)) {
 		th_diag("cannot read counters after the test");
 		t->failed = true;
 	} else {
@@ -332,7 +313,7 @@ static inline int th_run_one(struct th *t, int num)
 	pid_t pid;
 
 	memset(th_res, 0, sizeof(*th_res));
-	parent_ok = th_counters(&before) == 0;
+	parent_ok = vu_counters_read(&before) == 0;
 	fflush(stdout);
 	pid = fork();
 	if (pid < 0) {
@@ -355,7 +336,7 @@ static inline int th_run_one(struct th *t, int num)
 		th_diag("test exited with status %d", WEXITSTATUS(status));
 		failed = 1;
 	}
-	if (parent_ok && th_counters(&after) == 0) {
+	if (parent_ok && vu_counters_read(&after) == 0) {
 		long long pins = vu_pins_outstanding(&before, &after);
 
 		if (pins) {

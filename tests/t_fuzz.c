@@ -306,22 +306,6 @@ static bool usable(uint64_t iova, uint64_t last)
 /* ------------------------------------------------------------------ */
 /* container */
 
-static long module_refcnt(const char *mod)
-{
-	char path[128];
-	long v = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/sys/module/%s/refcnt", mod);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	if (fscanf(f, "%ld", &v) != 1)
-		v = -1;
-	fclose(f);
-	return v;
-}
-
 static void read_usable(void)
 {
 	struct vfio_iommu_type1_info *info = (void *)info_buf;
@@ -350,14 +334,6 @@ static void read_usable(void)
 
 static void counters(struct vu_counters *c)
 {
-	int fd = open("/proc/sys/vm/stat_refresh", O_WRONLY);
-
-	if (fd >= 0) {
-		if (write(fd, "1\n", 2) < 0) {
-			/* best effort */
-		}
-		close(fd);
-	}
 	if (vu_counters_read(c))
 		violation("cannot read counters");
 }
@@ -378,10 +354,10 @@ static void check_invariants(const char *when)
 static void container_open(void)
 {
 	int type = chance(50) ? VFIO_TYPE1v2_IOMMU : VFIO_TYPE1_IOMMU;
-	long ref0 = module_refcnt(want_module), ref1;
+	long ref0 = vu_module_refcnt(want_module), ref1;
 
 	container = vu_container_setup(&group_no, 1, type, &group_fd);
-	ref1 = module_refcnt(want_module);
+	ref1 = vu_module_refcnt(want_module);
 	lp("OPEN %s", type == VFIO_TYPE1v2_IOMMU ? "v2" : "v1");
 	lret(container < 0 ? container : 0, false);
 	lend();

@@ -159,7 +159,7 @@ TEST_V12(lc_threads_map_unmap)
 TEST(lc_killed_during_large_map)
 {
 	const size_t size = SZ_1G;
-	long refcnt0 = th_module_refcnt(th_backend_module());
+	long refcnt0 = vu_module_refcnt(th_backend_module());
 	int groups[1], rfd[2], status, i;
 	char ready = 0, done = 0;
 	long long at_kill = 0;
@@ -212,7 +212,7 @@ TEST(lc_killed_during_large_map)
 	EXPECT_LT(at_kill, (long long)(size / SZ_4K));
 	/* the container went away with the process: everything released */
 	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_module_refcnt(th_backend_module()), refcnt0);
+	EXPECT_EQ(vu_module_refcnt(th_backend_module()), refcnt0);
 	/* the group is free again and works */
 	{
 		int gfd, c = th_container_of(t, VFIO_TYPE1v2_IOMMU, groups, 1, &gfd);
@@ -241,7 +241,7 @@ TEST_V12(lc_close_with_live_mappings)
 	th_e1000e_groups(t, groups, 1);
 	groups[1] = th_edu_group(t);
 	c = th_container_of(t, t->type, groups, 2, gfd);
-	refcnt = th_module_refcnt(th_backend_module());
+	refcnt = vu_module_refcnt(th_backend_module());
 	dev = th_device_fd(t, gfd[0], th_bdf(t, 0));
 	bar = th_bar_mmap(t, dev, VFIO_PCI_BAR0_REGION_INDEX, NULL, &barlen);
 	MAP_OK(c, 0x1000000, thp, 2 * SZ_2M);
@@ -264,10 +264,10 @@ TEST_V12(lc_close_with_live_mappings)
 	th_close(t, dev);
 	th_close(t, gfd[0]);
 	EXPECT_ACCT(1024 + 32 + 512 + 3 + 512);
-	EXPECT_EQ(th_module_refcnt(th_backend_module()), refcnt);
+	EXPECT_EQ(vu_module_refcnt(th_backend_module()), refcnt);
 	ASSERT_EQ(munmap(bar, barlen), 0);
 	EXPECT_ACCT(0);
-	EXPECT_EQ(th_module_refcnt(th_backend_module()), refcnt - 1);
+	EXPECT_EQ(vu_module_refcnt(th_backend_module()), refcnt - 1);
 }
 
 /* ------------------------------------------------------------------ */
@@ -385,7 +385,7 @@ TEST_V12(lc_group_detach_with_mappings)
 
 	th_e1000e_groups(t, groups, 2);
 	c = th_container_of(t, t->type, groups, 2, gfd);
-	refcnt = th_module_refcnt(mod);
+	refcnt = vu_module_refcnt(mod);
 	dev = th_device_fd(t, gfd[1], th_bdf(t, 1));
 	bar = th_bar_mmap(t, dev, VFIO_PCI_BAR0_REGION_INDEX, NULL, &barlen);
 	MAP_OK(c, 0x1000000, thp, SZ_2M);
@@ -408,7 +408,7 @@ TEST_V12(lc_group_detach_with_mappings)
 	th_close(t, dev);
 	ASSERT_EQ(unset_container(gfd[1]), 0);
 	EXPECT_ACCT(0);
-	EXPECT_EQ(th_module_refcnt(mod), refcnt - 1);
+	EXPECT_EQ(vu_module_refcnt(mod), refcnt - 1);
 	EXPECT_EQ(vu_map(c, 0x2000000, a, 4 * SZ_4K, RW), -EINVAL);
 	EXPECT_EQ(vu_unmap(c, 0, 0, VFIO_DMA_UNMAP_FLAG_ALL, &done), -EINVAL);
 	EXPECT_EQ(th_dma_avail(c), -EINVAL);
@@ -416,7 +416,7 @@ TEST_V12(lc_group_detach_with_mappings)
 	/* a fresh IOMMU for the container */
 	ASSERT_EQ(ioctl(gfd[0], VFIO_GROUP_SET_CONTAINER, &c), 0);
 	ASSERT_EQ(vu_set_iommu(c, t->type), 0);
-	EXPECT_EQ(th_module_refcnt(mod), refcnt);
+	EXPECT_EQ(vu_module_refcnt(mod), refcnt);
 	EXPECT_EQ(th_dma_avail(c), th_param_read("dma_entry_limit"));
 	UNMAP_RANGE(c, 0, 0x10000000, 0);
 	MAP_OK(c, 0x3000000, mfd, 16 * SZ_4K);

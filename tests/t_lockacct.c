@@ -14,7 +14,7 @@ static long long vmlck_now(struct th *t)
 {
 	struct vu_counters c;
 
-	if (th_counters(&c))
+	if (vu_counters_read(&c))
 		FAIL("cannot read counters");
 	return c.vmlck_kb;
 }

@@ -126,50 +126,6 @@ static long long read_meminfo_kb(const char *path, const char *key)
 	return v;
 }
 
-static long long read_ll(const char *path)
-{
-	long long v = -1;
-	FILE *f = fopen(path, "r");
-
-	if (!f)
-		return -1;
-	if (fscanf(f, "%lld", &v) != 1)
-		v = -1;
-	fclose(f);
-	return v;
-}
-
-static int write_ll(const char *path, long long v)
-{
-	FILE *f = fopen(path, "w");
-	int ret;
-
-	if (!f)
-		return -errno;
-	ret = fprintf(f, "%lld\n", v) < 0 ? -EIO : 0;
-	if (fclose(f) && !ret)
-		ret = -errno;
-	return ret;
-}
-
-/*
- * The pin counters are per-cpu node counters folded lazily (up to the
- * vmstat threshold per cpu): fold them first, or a balanced run can look
- * like a leak of a few dozen pages. Needs root; harmless without.
- */
-static int counters_read(struct vu_counters *c)
-{
-	int fd = open("/proc/sys/vm/stat_refresh", O_WRONLY | O_CLOEXEC);
-
-	if (fd >= 0) {
-		if (write(fd, "1\n", 2) < 0) {
-			/* A negative counter elsewhere is reported as EINVAL: not ours. */
-		}
-		close(fd);
-	}
-	return vu_counters_read(c);
-}
-
 static bool has_cap_ipc_lock(void)
 {
 	char line[256];
@@ -411,7 +367,7 @@ static int one_loop(const struct opts *o, enum vu_mem_kind kind, void *buf,
 			return err;
 		}
 	}
-	if (counters_read(&before)) {
+	if (vu_counters_read(&before)) {
 		fprintf(stderr, "dma-bench: cannot read /proc/vmstat nr_foll_pin_* or VmLck\n");
 		close_container(c, gfd);
 		return -ENOENT;
@@ -439,7 +395,7 @@ static int one_loop(const struct opts *o, enum vu_mem_kind kind, void *buf,
 	}
 	close_container(c, gfd);
 
-	if (counters_read(&after))
+	if (vu_counters_read(&after))
 		return -ENOENT;
 	pins = vu_pins_outstanding(&before, &after);
 	lck = (after.vmlck_kb - before.vmlck_kb) / page_kb;
@@ -552,7 +508,7 @@ static int run_mode(const struct opts *o, enum vu_mem_kind kind, uint64_t size, 
 		return -ENOMEM;
 	if (huge) {
 		hugepage_paths(kind, nr_path, free_path, sizeof(nr_path));
-		nr_before = read_ll(nr_path);
+		nr_before = vu_read_number(nr_path);
 	}
 
 	t = vu_now();
@@ -562,10 +518,10 @@ static int run_mode(const struct opts *o, enum vu_mem_kind kind, uint64_t size, 
 		unsigned long long n = size / (kind == VU_MEM_HUGETLB1G ? SZ_1G : SZ_2M);
 
 		if (huge) {
-			long long fr = read_ll(free_path);
+			long long fr = vu_read_number(free_path);
 
 			if (nr_before >= 0)
-				write_ll(nr_path, nr_before);
+				vu_write_number(nr_path, nr_before);
 			if (kind == VU_MEM_HUGETLB1G) {
 				fprintf(human, "# hugetlb1g skipped: cannot reserve %llu 1G pages "
 					"(%s, %lld free): boot with hugepagesz=1G hugepages=%llu "
@@ -639,7 +595,7 @@ out:
 	}
 	vu_mem_free(buf, size);
 	if (huge && nr_before >= 0)
-		write_ll(nr_path, nr_before);	/* give the pool back for the next modes */
+		vu_write_number(nr_path, nr_before);	/* give the pool back for the next modes */
 	return ret;
 }
 

@@ -225,20 +225,20 @@ static long long read_key(const char *path, const char *key)
 	return v;
 }
 
-static int write_ul(const char *path, unsigned long v)
+int vu_write_number(const char *path, long long v)
 {
 	FILE *f = fopen(path, "w");
 	int ret;
 
 	if (!f)
 		return -errno;
-	ret = fprintf(f, "%lu\n", v) < 0 ? -EIO : 0;
+	ret = fprintf(f, "%lld\n", v) < 0 ? -EIO : 0;
 	if (fclose(f) && !ret)
 		ret = -errno;
 	return ret;
 }
 
-static long long read_number(const char *path)
+long long vu_read_number(const char *path)
 {
 	long long v = -1;
 	FILE *f = fopen(path, "r");
@@ -251,6 +251,14 @@ static long long read_number(const char *path)
 	return v;
 }
 
+long vu_module_refcnt(const char *mod)
+{
+	char path[128];
+
+	snprintf(path, sizeof(path), "/sys/module/%s/refcnt", mod);
+	return (long)vu_read_number(path);
+}
+
 int vu_hugepages_reserve(unsigned long size_kb, unsigned long n)
 {
 	char free_path[192], nr_path[192];
@@ -260,15 +268,15 @@ int vu_hugepages_reserve(unsigned long size_kb, unsigned long n)
 		 "/sys/kernel/mm/hugepages/hugepages-%lukB/free_hugepages", size_kb);
 	snprintf(nr_path, sizeof(nr_path),
 		 "/sys/kernel/mm/hugepages/hugepages-%lukB/nr_hugepages", size_kb);
-	free_pages = read_number(free_path);
-	total = read_number(nr_path);
+	free_pages = vu_read_number(free_path);
+	total = vu_read_number(nr_path);
 	if (free_pages < 0 || total < 0)
 		return -ENOENT;
 	if (free_pages >= (long long)n)
 		return 0;
-	if (write_ul(nr_path, total + (n - free_pages)))
+	if (vu_write_number(nr_path, total + (n - free_pages)))
 		return -EPERM;
-	return read_number(free_path) >= (long long)n ? 0 : -ENOMEM;
+	return vu_read_number(free_path) >= (long long)n ? 0 : -ENOMEM;
 }
 
 void *vu_mem_alloc(enum vu_mem_kind kind, size_t size)
@@ -344,6 +352,14 @@ void vu_mem_free(void *p, size_t size)
 
 int vu_counters_read(struct vu_counters *c)
 {
+	int fd = open("/proc/sys/vm/stat_refresh", O_WRONLY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		ssize_t n = write(fd, "1\n", 2);
+
+		(void)n;	/* best effort: without root they are merely less exact */
+		close(fd);
+	}
 	c->foll_pin_acquired = read_key("/proc/vmstat", "nr_foll_pin_acquired");
 	c->foll_pin_released = read_key("/proc/vmstat", "nr_foll_pin_released");
 	c->vmlck_kb = read_key("/proc/self/status", "VmLck");

@@ -57,10 +57,20 @@ struct vu_counters {
 	long long foll_pin_released;	/* /proc/vmstat nr_foll_pin_released */
 	long long vmlck_kb;		/* VmLck of this process */
 };
+/*
+ * Folds the per-cpu vmstat deltas first (/proc/sys/vm/stat_refresh, root
+ * only), or a balanced run could look like a leak of a few dozen pages.
+ */
 int vu_counters_read(struct vu_counters *c);
 /* Pages pinned and still not released since "before" (may be negative). */
 long long vu_pins_outstanding(const struct vu_counters *before,
 			      const struct vu_counters *after);
+
+/* A number read from or written to a sysfs/procfs file; -1 / -errno on failure. */
+long long vu_read_number(const char *path);
+int vu_write_number(const char *path, long long v);
+/* Reference count of a loaded module (each open container holds one), or -1. */
+long vu_module_refcnt(const char *mod);
 
 /* Currently active backend, from /sys/module: "foliomap" or "stock". */
 const char *vu_backend_name(void);
