@@ -5,82 +5,11 @@
  * This proves the mappings exist in the IOMMU with the right physical pages,
  * not only in the backend's bookkeeping.
  */
-#include <sys/uio.h>
 #include "common.h"
+#include "edu.h"
 
-#define EDU_DMA_SRC	0x80
-#define EDU_DMA_DST	0x88
-#define EDU_DMA_CNT	0x90
-#define EDU_DMA_CMD	0x98
-#define EDU_CMD_START	1
-#define EDU_CMD_TO_RAM	2
-#define EDU_BUF		0x40000ULL	/* the device's 4K buffer */
-#define EDU_IOVA_MAX	(1ULL << 28)	/* edu's default DMA mask */
-/* QEMU 7.2's edu rejects a transfer reaching the buffer's last byte. */
-#define EDU_CNT		0xf00
-
-struct edu {
-	int dev;
-	volatile uint8_t *bar;
-	size_t bar_size;
-};
-
-static void edu_open(struct th *t, int gfd, struct edu *e)
-{
-	char bdfs[4][32];
-	int n = vu_env_bdfs(bdfs, 4);
-	struct vfio_region_info bar = { .argsz = sizeof(bar), .index = VFIO_PCI_BAR0_REGION_INDEX };
-	struct vfio_region_info cfg = { .argsz = sizeof(cfg), .index = VFIO_PCI_CONFIG_REGION_INDEX };
-	uint16_t cmd;
-	void *p;
-
-	if (n < 1)
-		FAIL("VFIO_BDFS is empty");
-	e->dev = th_own_fd(t, ioctl(gfd, VFIO_GROUP_GET_DEVICE_FD, bdfs[n - 1]));
-	if (e->dev < 0)
-		FAIL("VFIO_GROUP_GET_DEVICE_FD %s: %s", bdfs[n - 1], strerror(errno));
-	ASSERT_EQ(ioctl(e->dev, VFIO_DEVICE_GET_REGION_INFO, &bar), 0);
-	ASSERT_EQ(ioctl(e->dev, VFIO_DEVICE_GET_REGION_INFO, &cfg), 0);
-	ASSERT_GE(bar.size, 0x100);
-	p = mmap(NULL, bar.size, PROT_READ | PROT_WRITE, MAP_SHARED, e->dev, bar.offset);
-	if (p == MAP_FAILED)
-		FAIL("mmap BAR0: %s", strerror(errno));
-	e->bar = th_own_mem(t, p, bar.size);
-	e->bar_size = bar.size;
-	/* bus master on */
-	ASSERT_EQ(pread(e->dev, &cmd, 2, cfg.offset + 4), 2);
-	cmd |= 4;
-	ASSERT_EQ(pwrite(e->dev, &cmd, 2, cfg.offset + 4), 2);
-	/* identification register: 0xRRmmnnxx, major 1 */
-	ASSERT_EQ(*(volatile uint32_t *)e->bar & 0xff, 0xed);
-}
-
-/* 32-bit accesses: every address used here is below 4G. */
-static void wr64(struct edu *e, unsigned int off, uint64_t v)
-{
-	*(volatile uint32_t *)(e->bar + off) = (uint32_t)v;
-}
-
-static uint64_t rd64(struct edu *e, unsigned int off)
-{
-	return *(volatile uint32_t *)(e->bar + off);
-}
-
-static int edu_dma(struct edu *e, uint64_t src, uint64_t dst, uint64_t cnt, uint64_t cmd)
-{
-	int i;
-
-	wr64(e, EDU_DMA_SRC, src);
-	wr64(e, EDU_DMA_DST, dst);
-	wr64(e, EDU_DMA_CNT, cnt);
-	wr64(e, EDU_DMA_CMD, cmd | EDU_CMD_START);
-	for (i = 0; i < 5000; i++) {
-		if (!(rd64(e, EDU_DMA_CMD) & EDU_CMD_START))
-			return 0;
-		usleep(1000);
-	}
-	return -ETIMEDOUT;
-}
+/* Bytes moved per copy: within edu's buffer, short of its last byte. */
+#define COPY_CNT	0xf00
 
 /* RAM at src_iova -> device -> RAM at dst_iova; compare dst with src. */
 static void copy_through_device(struct th *t, struct edu *e, uint64_t src_iova,
@@ -88,28 +17,20 @@ static void copy_through_device(struct th *t, struct edu *e, uint64_t src_iova,
 {
 	size_t i;
 
-	ASSERT_LT(src_iova | dst_iova, EDU_IOVA_MAX);
 	for (i = 0; i < SZ_4K; i++)
 		((volatile char *)src)[i] = (char)(i * 7 + 3);
 	memset(dst, 0, SZ_4K);
-	ASSERT_EQ(edu_dma(e, src_iova, EDU_BUF, EDU_CNT, 0), 0);
-	ASSERT_EQ(edu_dma(e, EDU_BUF, dst_iova, EDU_CNT, EDU_CMD_TO_RAM), 0);
-	for (i = 0; i < EDU_CNT; i++)
+	EDU_FROM_RAM(e, src_iova, 0, COPY_CNT);
+	EDU_TO_RAM(e, 0, dst_iova, COPY_CNT);
+	for (i = 0; i < COPY_CNT; i++)
 		if (dst[i] != src[i])
 			break;
-	EXPECT_EQ(i, EDU_CNT);
+	EXPECT_EQ(i, COPY_CNT);
 	/* nothing beyond the transfer */
 	for (; i < SZ_4K; i++)
 		if (dst[i])
 			break;
 	EXPECT_EQ(i, SZ_4K);
-}
-
-static int edu_container(struct th *t, int type, int *gfd)
-{
-	int g = th_edu_group(t);
-
-	return th_container_of(t, type, &g, 1, gfd);
 }
 
 TEST_V12(edu_dma_4k_pages)
