@@ -2,39 +2,194 @@
 /*
  * Every difference between the kernels foliomap supports lives here, and
  * nothing else does. The rest of the module calls the fm_compat_*() helpers
- * and tests the FM_HAVE_* macros defined below.
+ * and tests the FM_HAVE_* macros defined below; no other file looks at the
+ * kernel version.
+ *
+ * Supported: Debian 12's 6.1 LTS kernel (linux-image-6.1.0-N-amd64) and its
+ * 6.12 backports kernel (linux-image-6.12.N+deb12-amd64). Each feature macro
+ * was checked against both; the private VFIO declarations in vfio_private.h
+ * were compared member by member with drivers/vfio/vfio.h of each.
+ *
+ *   FM_HAVE_GUP_VMAS              pin_user_pages_remote() takes a vmas array
+ *   FM_HAVE_IOMMU_MAP_GFP         iommu_map() takes a gfp_t
+ *   FM_HAVE_PAGING_DOMAIN_ALLOC   iommu_paging_domain_alloc(dev), ERR_PTR
+ *   FM_HAVE_FOLLOW_PFNMAP         follow_pfnmap_start()/end() (else follow_pte())
+ *   FM_HAVE_GROUP_ISOLATED_MSI    iommu_group_has_isolated_msi()
+ *   FM_HAVE_UNTAGGED_ADDR_REMOTE  untagged_addr_remote(mm, addr)
+ *   FM_HAVE_DRIVER_OPS_NOTIFY     struct vfio_iommu_driver_ops has notify
+ *
+ * Stock type1 behaviour that differs (uAPI answers foliomap gives exactly
+ * as the stock driver of the same kernel does):
+ *   FM_HAVE_INFO_FULL_WRITEBACK   GET_INFO writes back min(argsz, sizeof(info))
+ *                                 bytes, trailing pad included (6.12); 6.1
+ *                                 writes up to cap_offset, or only the fields
+ *                                 before it when argsz ends before it
+ *
+ * Checked and the same on both, so not here: pin_pages and dma_rw refuse
+ * (-EBUSY) while a vaddr is invalid. 6.1's type1 still has code to wait for
+ * a new vaddr instead (woken by the notify op), but Debian 6.1 returns
+ * -EBUSY before reaching it, and refuses UPDATE_VADDR with emulated groups
+ * and attaching while a vaddr is invalid, as 6.12 does.
  */
 #ifndef _FOLIOMAP_COMPAT_H
 #define _FOLIOMAP_COMPAT_H
 
 #include <linux/version.h>
 
-#if LINUX_VERSION_CODE < KERNEL_VERSION(6, 12, 0) || \
-	LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0)
-#error "foliomap supports Linux 6.12 (Debian 12 backports); this kernel is not supported"
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 1, 0) && \
+	LINUX_VERSION_CODE < KERNEL_VERSION(6, 2, 0)
+#define FM_KERNEL_6_1
+#elif LINUX_VERSION_CODE >= KERNEL_VERSION(6, 12, 0) && \
+	LINUX_VERSION_CODE < KERNEL_VERSION(6, 13, 0)
+#define FM_KERNEL_6_12
+#else
+#error "foliomap supports Linux 6.1 and 6.12 (Debian 12 and its backports) only: the VFIO core's private driver-ops layout (vfio_private.h) is only known for those"
 #endif
 
 #include <linux/device.h>
 #include <linux/iommu.h>
+#include <linux/irqdomain.h>
+#include <linux/mm.h>
+#include <linux/stddef.h>
+#include <linux/vfio.h>
 
-/*
- * An unmanaged paging domain for the IOMMU behind @dev, or an ERR_PTR.
- * 6.1 allocates per bus instead (iommu_domain_alloc(dev->bus), NULL on
- * failure), which is why this takes a device.
- */
-static inline struct iommu_domain *fm_compat_domain_alloc(struct device *dev)
+#ifdef FM_KERNEL_6_1
+#define FM_HAVE_GUP_VMAS
+#define FM_HAVE_DRIVER_OPS_NOTIFY
+#else
+#define FM_HAVE_IOMMU_MAP_GFP
+#define FM_HAVE_PAGING_DOMAIN_ALLOC
+#define FM_HAVE_FOLLOW_PFNMAP
+#define FM_HAVE_GROUP_ISOLATED_MSI
+#define FM_HAVE_UNTAGGED_ADDR_REMOTE
+#define FM_HAVE_INFO_FULL_WRITEBACK
+#endif
+
+/* Long-term pin of up to @nr pages of @mm at @start; as GUP returns. */
+static inline long fm_compat_pin_user_pages_remote(struct mm_struct *mm,
+						   unsigned long start,
+						   unsigned long nr,
+						   unsigned int gup_flags,
+						   struct page **pages)
 {
-	return iommu_paging_domain_alloc(dev);
+#ifdef FM_HAVE_GUP_VMAS
+	return pin_user_pages_remote(mm, start, nr, gup_flags, pages, NULL, NULL);
+#else
+	return pin_user_pages_remote(mm, start, nr, gup_flags, pages, NULL);
+#endif
+}
+
+/* 6.1 allocates page tables with GFP_KERNEL whatever the caller wants. */
+static inline int fm_compat_iommu_map(struct iommu_domain *domain,
+				      unsigned long iova, phys_addr_t paddr,
+				      size_t size, int prot, gfp_t gfp)
+{
+#ifdef FM_HAVE_IOMMU_MAP_GFP
+	return iommu_map(domain, iova, paddr, size, prot, gfp);
+#else
+	return iommu_map(domain, iova, paddr, size, prot);
+#endif
 }
 
 /*
+ * An unmanaged paging domain for the IOMMU behind @dev, or an ERR_PTR.
+ * 6.1 allocates per bus (NULL on failure, which stock 6.1 reports as -EIO).
+ */
+static inline struct iommu_domain *fm_compat_domain_alloc(struct device *dev)
+{
+#ifdef FM_HAVE_PAGING_DOMAIN_ALLOC
+	return iommu_paging_domain_alloc(dev);
+#else
+	struct iommu_domain *domain = iommu_domain_alloc(dev->bus);
+
+	return domain ? domain : ERR_PTR(-EIO);
+#endif
+}
+
+#ifndef FM_HAVE_GROUP_ISOLATED_MSI
+static inline int fm_compat_dev_intr_remap(struct device *dev, void *data)
+{
+	return device_iommu_capable(dev, IOMMU_CAP_INTR_REMAP);
+}
+#endif
+
+/*
  * True when no device of @group can forge MSIs to another's vectors
- * (interrupt remapping or an equivalent). 6.1 asks irq_domain_check_msi_remap()
- * and each device's IOMMU_CAP_INTR_REMAP instead.
+ * (interrupt remapping or an equivalent). 6.1, as its stock type1: every
+ * MSI irq domain remaps, or a device of the group has an IOMMU that remaps
+ * interrupts.
  */
 static inline bool fm_compat_group_msi_isolated(struct iommu_group *group)
 {
+#ifdef FM_HAVE_GROUP_ISOLATED_MSI
 	return iommu_group_has_isolated_msi(group);
+#else
+	return irq_domain_check_msi_remap() ||
+	       iommu_group_for_each_dev(group, NULL, fm_compat_dev_intr_remap) > 0;
+#endif
+}
+
+/* @addr of @mm without its tag bits (x86 LAM on 6.12; none on 6.1). */
+static inline unsigned long fm_compat_untagged_addr(struct mm_struct *mm,
+						    unsigned long addr)
+{
+#ifdef FM_HAVE_UNTAGGED_ADDR_REMOTE
+	return untagged_addr_remote(mm, addr);
+#else
+	return untagged_addr(addr);
+#endif
+}
+
+/*
+ * The pfn mapped at @addr of the VM_PFNMAP @vma and whether its entry is
+ * writable, read under the page table lock, which is dropped again before
+ * returning (as stock type1 does: the pfn is device memory, not a page
+ * whose lifetime a pin would extend). mmap_lock held by the caller.
+ * Returns 0, or -errno when nothing is mapped there (the caller faults it
+ * in and retries).
+ */
+static inline int fm_compat_follow_pfnmap(struct vm_area_struct *vma,
+					  unsigned long addr,
+					  unsigned long *pfn, bool *writable)
+{
+#ifdef FM_HAVE_FOLLOW_PFNMAP
+	struct follow_pfnmap_args args = { .vma = vma, .address = addr };
+	int ret = follow_pfnmap_start(&args);
+
+	if (ret)
+		return ret;
+	*pfn = args.pfn;
+	*writable = args.writable;
+	follow_pfnmap_end(&args);
+	return 0;
+#else
+	spinlock_t *ptl;
+	pte_t *ptep;
+	int ret = follow_pte(vma->vm_mm, addr, &ptep, &ptl);
+
+	if (ret)
+		return ret;
+	*pfn = pte_pfn(*ptep);
+	*writable = pte_write(*ptep);
+	pte_unmap_unlock(ptep, ptl);
+	return 0;
+#endif
+}
+
+/*
+ * How many bytes of struct vfio_iommu_type1_info GET_INFO writes back to a
+ * caller whose argsz (at least up to iova_pgsizes) is @argsz.
+ */
+static inline size_t fm_compat_info_outsz(u32 argsz)
+{
+#ifdef FM_HAVE_INFO_FULL_WRITEBACK
+	return min_t(size_t, argsz, sizeof(struct vfio_iommu_type1_info));
+#else
+	size_t capsz = offsetofend(struct vfio_iommu_type1_info, cap_offset);
+
+	return argsz >= capsz ? capsz :
+	       offsetofend(struct vfio_iommu_type1_info, iova_pgsizes);
+#endif
 }
 
 #endif /* _FOLIOMAP_COMPAT_H */

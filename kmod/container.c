@@ -521,3 +521,18 @@ struct iommu_domain *fm_group_iommu_domain(void *iommu_data, struct iommu_group 
 
 	return ret;
 }
+
+#ifdef FM_HAVE_DRIVER_OPS_NOTIFY
+/*
+ * 6.1's core calls this with VFIO_IOMMU_CONTAINER_CLOSE when the container
+ * fd is released (groups may keep the container alive longer). Stock 6.1
+ * uses it to wake in-kernel users waiting for an invalidated vaddr to be
+ * replaced. Neither stock (Debian 6.1.192: pin_pages and dma_rw return
+ * -EBUSY while any vaddr is invalid, before they could wait; attach
+ * refuses likewise) nor foliomap ever waits there, so there is nobody to
+ * wake: the close changes nothing else in the container.
+ */
+void fm_notify(void *iommu_data, enum vfio_iommu_notify_type event)
+{
+}
+#endif

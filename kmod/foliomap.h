@@ -213,6 +213,9 @@ int fm_attach_group(void *iommu_data, struct iommu_group *group,
 		    enum vfio_group_type type);
 void fm_detach_group(void *iommu_data, struct iommu_group *group);
 struct iommu_domain *fm_group_iommu_domain(void *iommu_data, struct iommu_group *group);
+#ifdef FM_HAVE_DRIVER_OPS_NOTIFY
+void fm_notify(void *iommu_data, enum vfio_iommu_notify_type event);
+#endif
 struct fm_group *fm_find_group(struct fm_iommu *iommu, struct iommu_group *iommu_group);
 bool fm_has_emulated(struct fm_iommu *iommu);
 int fm_enforce_cache_coherency(struct fm_iommu *iommu);

@@ -171,8 +171,8 @@ static long fm_ioctl_get_info(struct fm_iommu *iommu, unsigned long arg)
 		return -EFAULT;
 	if (info.argsz < minsz)
 		return -EINVAL;
-	/* Written back: as much of the struct as the caller said it has. */
-	outsz = min_t(size_t, info.argsz, sizeof(info));
+	/* Written back: as much of the struct as stock writes (compat.h). */
+	outsz = fm_compat_info_outsz(info.argsz);
 
 	mutex_lock(&iommu->lock);
 	info.flags = VFIO_IOMMU_INFO_PGSIZES;

@@ -45,6 +45,9 @@ const struct vfio_iommu_driver_ops fm_driver_ops = {
 	.unregister_device	= fm_unregister_device,
 	.dma_rw			= fm_dma_rw,
 	.group_iommu_domain	= fm_group_iommu_domain,
+#ifdef FM_HAVE_DRIVER_OPS_NOTIFY
+	.notify			= fm_notify,
+#endif
 };
 
 static int __init fm_init(void)

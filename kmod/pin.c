@@ -131,10 +131,10 @@ static unsigned long fm_batch_pfn(const struct fm_batch *b, unsigned long i)
 static int fm_follow_pfn(struct vm_area_struct *vma, unsigned long addr,
 			 bool write, unsigned long *pfn)
 {
-	struct follow_pfnmap_args args = { .vma = vma, .address = addr };
+	bool writable;
 	int ret;
 
-	if (follow_pfnmap_start(&args)) {
+	if (fm_compat_follow_pfnmap(vma, addr, pfn, &writable)) {
 		unsigned int flags = FAULT_FLAG_REMOTE | (write ? FAULT_FLAG_WRITE : 0);
 		bool unlocked = false;
 
@@ -143,18 +143,12 @@ static int fm_follow_pfn(struct vm_area_struct *vma, unsigned long addr,
 			return -EAGAIN;
 		if (ret)
 			return ret;
-		ret = follow_pfnmap_start(&args);
+		ret = fm_compat_follow_pfnmap(vma, addr, pfn, &writable);
 		if (ret)
 			return ret;
 	}
 
-	ret = 0;
-	if (write && !args.writable)
-		ret = -EFAULT;
-	else
-		*pfn = args.pfn;
-	follow_pfnmap_end(&args);
-	return ret;
+	return write && !writable ? -EFAULT : 0;
 }
 
 /*
@@ -166,7 +160,7 @@ static int fm_follow_pfn(struct vm_area_struct *vma, unsigned long addr,
 static long fm_fill_pfnmap(struct fm_batch *b, struct mm_struct *mm,
 			   unsigned long vaddr, unsigned long npage, bool write)
 {
-	unsigned long addr = untagged_addr_remote(mm, vaddr);
+	unsigned long addr = fm_compat_untagged_addr(mm, vaddr);
 	struct vm_area_struct *vma = NULL;
 	unsigned long n = 0;
 	int ret = 0;
@@ -212,7 +206,7 @@ static long fm_batch_fill(struct fm_batch *b, struct mm_struct *mm,
 	b->pfnmap = false;
 
 	mmap_read_lock(mm);
-	ret = pin_user_pages_remote(mm, vaddr, npage, gup, b->pages, NULL);
+	ret = fm_compat_pin_user_pages_remote(mm, vaddr, npage, gup, b->pages);
 	if (ret <= 0) {
 		long found = fm_fill_pfnmap(b, mm, vaddr, npage, prot & IOMMU_WRITE);
 
@@ -334,11 +328,11 @@ static int fm_run_map(struct fm_pinner *p)
 	int ret;
 
 	if (p->target) {
-		ret = iommu_map(p->target->domain, p->run_iova, phys, len, prot,
+		ret = fm_compat_iommu_map(p->target->domain, p->run_iova, phys, len, prot,
 				GFP_KERNEL_ACCOUNT);
 	} else {
 		list_for_each_entry(d, &p->iommu->domain_list, next) {
-			ret = iommu_map(d->domain, p->run_iova, phys, len, prot,
+			ret = fm_compat_iommu_map(d->domain, p->run_iova, phys, len, prot,
 					GFP_KERNEL_ACCOUNT);
 			if (ret)
 				break;
@@ -643,7 +637,7 @@ static int fm_replay_copy(struct fm_domain *src, struct fm_domain *dst,
 				break;
 			len += PAGE_SIZE;
 		}
-		ret = iommu_map(dst->domain, dma->iova + off, phys, len, prot,
+		ret = fm_compat_iommu_map(dst->domain, dma->iova + off, phys, len, prot,
 				GFP_KERNEL_ACCOUNT);
 		if (ret)
 			return ret;

@@ -10,6 +10,7 @@
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <linux/capability.h>
 
 #include "harness.h"
@@ -45,6 +46,41 @@ static inline bool is_foliomap(void)
 static inline int wrap_errno(void)
 {
 	return is_foliomap() ? -EOVERFLOW : -EINVAL;
+}
+
+/*
+ * The guest kernel's series from uname -r, as major * 100 + minor: 601 for
+ * Debian's 6.1.0-N, 612 for 6.12.N. Expectations are stock 6.12's; where
+ * stock 6.1 behaves differently, the expectation on 6.1 is stock 6.1's (for
+ * both backends: foliomap follows the stock driver of the kernel it runs
+ * on), and each such case is one helper below.
+ */
+static inline int th_kernel_series(void)
+{
+	static int series;
+	struct utsname u;
+	int major, minor;
+
+	if (!series) {
+		if (uname(&u) || sscanf(u.release, "%d.%d", &major, &minor) != 2)
+			return 612;
+		series = major * 100 + minor;
+	}
+	return series;
+}
+
+/*
+ * Kernel difference (GUP, not VFIO): a read-only FOLL_LONGTERM pin of
+ * private anonymous memory that was only ever read (or never touched) gets
+ * a real page on 6.12: gup_must_unshare() unshares the shared zero page
+ * first, so the page is pinned and charged like any other. On 6.1 GUP hands
+ * out the zero page itself, takes no pin on it (not counted in
+ * nr_foll_pin_acquired) and type1 does not charge it (reserved). The huge
+ * zero page is replaced by a real THP on both.
+ */
+static inline bool th_ro_zero_page_unshared(void)
+{
+	return th_kernel_series() >= 612;
 }
 
 /*

@@ -5,17 +5,20 @@
 
 /*
  * Read-only mapping of untouched anonymous memory. The zero page would be
- * reserved, unpinned (GUP takes no pin on it) and uncharged, but GUP never
- * hands it out here: a FOLL_LONGTERM read-only pin of a page that is not
- * anonymous in a COW mapping unshares it first (gup_must_unshare()), so
- * every page becomes an ordinary anonymous page, pinned and charged. This
- * pins that down on both backends, across two map/unmap cycles.
+ * reserved, unpinned (GUP takes no pin on it) and uncharged, but on 6.12
+ * GUP never hands it out here: a FOLL_LONGTERM read-only pin of a page that
+ * is not anonymous in a COW mapping unshares it first (gup_must_unshare()),
+ * so every page becomes an ordinary anonymous page, pinned and charged. On
+ * 6.1 the 15 untouched pages are the zero page: only the written one is
+ * pinned and charged (th_ro_zero_page_unshared()). This pins that down on
+ * both backends, across two map/unmap cycles.
  */
 TEST_V12(review_zero_page_read_only)
 {
 	int c = th_container(t);
 	char *p = mmap(NULL, 16 * SZ_4K, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	int real = th_ro_zero_page_unshared() ? 16 : 1;	/* pages not the zero page */
 
 	ASSERT_NE(p, MAP_FAILED);
 	th_own_mem(t, p, 16 * SZ_4K);
@@ -23,8 +26,8 @@ TEST_V12(review_zero_page_read_only)
 	p[5 * SZ_4K] = 1;
 
 	ASSERT_EQ(vu_map(c, IOVA_A, p, 16 * SZ_4K, VFIO_DMA_MAP_FLAG_READ), 0);
-	EXPECT_EQ(th_pins(t), 16);
-	EXPECT_EQ(th_vmlck_kb(t), 16 * 4);
+	EXPECT_EQ(th_pins(t), real);
+	EXPECT_EQ(th_vmlck_kb(t), real * 4);
 	UNMAP_OK(c, IOVA_A, 16 * SZ_4K);
 	EXPECT_EQ(th_pins(t), 0);
 	EXPECT_EQ(th_vmlck_kb(t), 0);

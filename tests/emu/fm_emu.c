@@ -22,9 +22,9 @@
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 #include <linux/vfio.h>
-#include <linux/version.h>
 #include <linux/workqueue.h>
 
+#include "compat.h"
 #include "fm_emu.h"
 
 struct fm_emu_rec {
@@ -260,17 +260,29 @@ static int fm_emu_init_dev(struct vfio_device *vdev)
 	return 0;
 }
 
+#ifdef FM_EMU_RELEASE_MUST_FREE
+static void fm_emu_release_dev(struct vfio_device *vdev)
+{
+	vfio_free_device(vdev);
+}
+#endif
+
 static const struct vfio_device_ops fm_emu_ops = {
 	.name		= "fm-emu",
 	.init		= fm_emu_init_dev,
+#ifdef FM_EMU_RELEASE_MUST_FREE
+	.release	= fm_emu_release_dev,
+#endif
 	.open_device	= fm_emu_open_device,
 	.close_device	= fm_emu_close_device,
 	.ioctl		= fm_emu_ioctl,
 	.dma_unmap	= fm_emu_dma_unmap,
+#ifdef FM_EMU_HAVE_IOMMUFD_OPS
 	.bind_iommufd	= vfio_iommufd_emulated_bind,
 	.unbind_iommufd	= vfio_iommufd_emulated_unbind,
 	.attach_ioas	= vfio_iommufd_emulated_attach_ioas,
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 6, 0)
+#endif
+#ifdef FM_EMU_HAVE_DETACH_IOAS
 	.detach_ioas	= vfio_iommufd_emulated_detach_ioas,
 #endif
 };
@@ -305,11 +317,7 @@ static struct platform_driver fm_emu_driver = {
 		.name = FM_EMU_NAME,
 	},
 	.probe = fm_emu_probe,
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 11, 0)
-	.remove = fm_emu_remove,
-#else
-	.remove_new = fm_emu_remove,
-#endif
+	FM_EMU_PLATFORM_REMOVE(fm_emu_remove),
 	/* The device gets its own emulated group; no default domain to claim. */
 	.driver_managed_dma = true,
 };
