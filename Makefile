@@ -4,7 +4,10 @@
 # make check        install what is needed, build, boot guests, run every test
 #                   against stock type1 and foliomap on every kernel of KERNELS
 #                   (default 6.12 and 6.1; KERNEL=6.1 alone), plus the host-side
-#                   tests; ends "N passed, N failed"
+#                   tests (DKMS install, style); ends "N passed, N failed"
+# make style        checkpatch.pl over kmod/ and tests/emu (STRICT=0: default level)
+# make install / uninstall          plain module install for KVER (default: running)
+# make dkms-install / dkms-uninstall  DKMS install (rebuilt for each new kernel)
 # make fuzz [SEED=1] [STEPS=5000]  differential fuzzing: one stock guest runs the
 #                   seeded ioctl sequence on stock type1, then on foliomap (tests/t_fuzz.c)
 # make bench        the seed's table, stock and foliomap side by side in a guest
@@ -40,6 +43,55 @@ check:
 	for k in $(KERNELS); do vm/install-deps $$k || exit 1; done
 	tests/check --host $(foreach k,$(KERNELS),--kernel $(k))
 
+# Host installation (root), for the kernel KVER=... given on the command
+# line, else the running one. Both kinds also install
+# /etc/modprobe.d/foliomap.conf (foliomap follows vfio_iommu_type1) and
+# /etc/modules-load.d/foliomap.conf (vfio_iommu_type1 loads at boot).
+IKVER = $(if $(filter command line environment,$(origin KVER)),$(KVER),$(shell uname -r))
+DKMS_VERSION = $(shell sed -n 's/^PACKAGE_VERSION="\(.*\)"$$/\1/p' kmod/dkms.conf)
+DKMS_SRC = /usr/src/foliomap-$(DKMS_VERSION)
+KMOD_SOURCES = $(filter-out %.mod.c,$(wildcard kmod/*.c)) $(wildcard kmod/*.h) \
+	kmod/Kbuild kmod/Makefile kmod/dkms.conf
+MODPROBE_CONF = /etc/modprobe.d/foliomap.conf
+MODULES_LOAD_CONF = /etc/modules-load.d/foliomap.conf
+
+install-conf:
+	install -D -m 644 kmod/foliomap-modprobe.conf $(MODPROBE_CONF)
+	install -D -m 644 kmod/foliomap-modules-load.conf $(MODULES_LOAD_CONF)
+
+uninstall-conf:
+	rm -f $(MODPROBE_CONF) $(MODULES_LOAD_CONF)
+
+# Plain install: /lib/modules/<kver>/updates/foliomap.ko, then depmod.
+install:
+	$(MAKE) -C kmod KVER=$(IKVER) OUT=$(CURDIR)/build/kmod-$(IKVER)
+	$(MAKE) -C /lib/modules/$(IKVER)/build M=$(CURDIR)/build/kmod-$(IKVER) \
+		INSTALL_MOD_DIR=updates modules_install
+	depmod -a $(IKVER)
+	$(MAKE) install-conf
+
+uninstall:
+	rm -f /lib/modules/$(IKVER)/updates/foliomap.ko /lib/modules/$(IKVER)/updates/foliomap.ko.*
+	depmod -a $(IKVER)
+	$(MAKE) uninstall-conf
+
+# DKMS: sources in /usr/src/foliomap-<version>, built and installed for KVER
+# now (/lib/modules/<kver>/updates/dkms/) and for every kernel installed later.
+dkms-install:
+	@command -v dkms >/dev/null || { echo "dkms not found: apt-get install dkms" >&2; exit 1; }
+	-dkms status -m foliomap -v $(DKMS_VERSION) | grep -q . && dkms remove -m foliomap -v $(DKMS_VERSION) --all
+	rm -rf $(DKMS_SRC)
+	install -d $(DKMS_SRC)
+	install -m 644 $(KMOD_SOURCES) $(DKMS_SRC)/
+	dkms add -m foliomap -v $(DKMS_VERSION)
+	dkms install -m foliomap -v $(DKMS_VERSION) -k $(IKVER)
+	$(MAKE) install-conf
+
+dkms-uninstall:
+	-dkms remove -m foliomap -v $(DKMS_VERSION) --all
+	rm -rf $(DKMS_SRC)
+	$(MAKE) uninstall-conf
+
 SEED ?= 1
 STEPS ?= 5000
 fuzz: deps
@@ -66,4 +118,5 @@ clean:
 	$(MAKE) -C tools clean
 	$(MAKE) -C tests clean
 
-.PHONY: all deps module tools check fuzz bench bench-scale bench-vmm clean
+.PHONY: all deps module tools check fuzz bench bench-scale bench-vmm clean \
+	install uninstall install-conf uninstall-conf dkms-install dkms-uninstall style

@@ -73,5 +73,11 @@ module_exit(fm_exit);
 MODULE_LICENSE("GPL");
 MODULE_AUTHOR("foliomap developers");
 MODULE_DESCRIPTION("VFIO type1 IOMMU backend that pins, maps and unmaps whole folios");
-/* Load stock first so that foliomap, registered after it, takes precedence. */
-MODULE_SOFTDEP("pre: vfio_iommu_type1");
+MODULE_VERSION("0.1.0");	/* = PACKAGE_VERSION in dkms.conf */
+/*
+ * No MODULE_SOFTDEP("pre: vfio_iommu_type1"), although stock must load
+ * first: "modprobe -r foliomap" would then remove stock too when no
+ * container uses it, leaving no type1 driver at all instead of handing new
+ * containers back to stock. The ordering lives in
+ * /etc/modprobe.d/foliomap.conf (foliomap-modprobe.conf here).
+ */
