@@ -59,6 +59,7 @@ void *fm_open(unsigned long arg)
 	/* No domain yet: pinning works in PAGE_SIZE units. */
 	iommu->pgsize_bitmap = PAGE_MASK;
 	iommu->v2 = v2;
+	fm_debugfs_open(iommu);
 
 	return iommu;
 }
@@ -82,6 +83,8 @@ void fm_release(void *iommu_data)
 	struct fm_iommu *iommu = iommu_data;
 	struct fm_domain *domain, *dtmp;
 	struct fm_group *group, *gtmp;
+
+	fm_debugfs_release(iommu);
 
 	/*
 	 * Nobody else can reach the container any more; the lock is taken

@@ -39,6 +39,16 @@ extern bool fm_allow_unsafe_interrupts;
 extern bool fm_disable_hugepages;
 extern unsigned int fm_dma_entry_limit;
 
+/* Cumulative counters of one container (debugfs.c), under iommu->lock. */
+struct fm_stats {
+	u64			map_calls;
+	u64			unmap_calls;
+	u64			runs_mapped;
+	u64			runs_unmapped;
+	u64			batches;
+	u64			batch_pages;
+};
+
 /* One container. */
 struct fm_iommu {
 	struct list_head	domain_list;	/* struct fm_domain */
@@ -54,6 +64,8 @@ struct fm_iommu {
 	u64			num_non_pinned_groups;
 	bool			v2;
 	bool			dirty_page_tracking;
+	struct fm_stats		stats;
+	struct dentry		*debugfs;	/* its directory, or NULL/ERR_PTR */
 };
 
 /* One IOMMU domain and the groups attached to it. */
@@ -159,9 +171,12 @@ int fm_pin_one(struct fm_dma *dma, unsigned long vaddr, unsigned long *pfn);
 int fm_do_unmap(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_unmap *unmap,
 		struct vfio_bitmap *bitmap);
 void fm_dma_remove(struct fm_iommu *iommu, struct fm_dma *dma);
-/* Empty the first @size bytes of @dma from @domain alone, then unpin them. */
-void fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *domain,
-			   size_t size, bool do_accounting);
+/*
+ * Empty the first @size bytes of @dma from @domain alone, then unpin them.
+ * Returns the number of physically contiguous runs released.
+ */
+unsigned long fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *domain,
+				    size_t size, bool do_accounting);
 void fm_unmap_unpin_all(struct fm_iommu *iommu);
 void fm_unmap_unpin_reaccount(struct fm_iommu *iommu);
 long fm_unpin_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
@@ -219,6 +234,12 @@ void fm_notify(void *iommu_data, enum vfio_iommu_notify_type event);
 struct fm_group *fm_find_group(struct fm_iommu *iommu, struct iommu_group *iommu_group);
 bool fm_has_emulated(struct fm_iommu *iommu);
 int fm_enforce_cache_coherency(struct fm_iommu *iommu);
+
+/* debugfs.c: per-container counters; all optional (no debugfs: no-ops) */
+void fm_debugfs_init(void);
+void fm_debugfs_exit(void);
+void fm_debugfs_open(struct fm_iommu *iommu);
+void fm_debugfs_release(struct fm_iommu *iommu);
 
 /* ioctl.c: the uAPI */
 long fm_ioctl(void *iommu_data, unsigned int cmd, unsigned long arg);

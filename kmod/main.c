@@ -54,9 +54,12 @@ static int __init fm_init(void)
 {
 	int ret;
 
+	fm_debugfs_init();
 	ret = vfio_register_iommu_driver(&fm_driver_ops);
-	if (ret)
+	if (ret) {
+		fm_debugfs_exit();
 		return ret;
+	}
 
 	pr_info("serving new VFIO type1 containers; rmmod foliomap returns them to vfio_iommu_type1\n");
 	return 0;
@@ -65,6 +68,7 @@ static int __init fm_init(void)
 static void __exit fm_exit(void)
 {
 	vfio_unregister_iommu_driver(&fm_driver_ops);
+	fm_debugfs_exit();
 }
 
 module_init(fm_init);

@@ -18,11 +18,13 @@
  * error path releases the last two here and leaves the prefix to the caller,
  * which unmaps it (flush first) and unpins it like any mapping.
  */
+#include <linux/ktime.h>
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
 
 #include "foliomap.h"
+#include "trace.h"
 
 /* One page of page pointers: one GUP call pins up to 2M of 4K pages. */
 #define FM_BATCH_MAX	(PAGE_SIZE / sizeof(struct page *))
@@ -48,6 +50,7 @@ struct fm_pinner {
 	dma_addr_t		run_iova;
 	unsigned long		run_pfn;
 	unsigned long		run_npage;
+	unsigned long		runs;		/* runs mapped so far */
 };
 
 /*
@@ -346,6 +349,8 @@ static int fm_run_map(struct fm_pinner *p)
 
 	p->run_iova += len;
 	p->run_npage = 0;
+	p->runs++;
+	p->iommu->stats.runs_mapped++;
 	return 0;
 }
 
@@ -412,6 +417,8 @@ static int fm_pin_map_dma(struct fm_pinner *p)
 			ret = n;
 			break;
 		}
+		p->iommu->stats.batches++;
+		p->iommu->stats.batch_pages += n;
 		ret = fm_batch_charge(p);
 		if (ret) {
 			fm_batch_release(p, 0, false);
@@ -457,6 +464,7 @@ int fm_pin_one(struct fm_dma *dma, unsigned long vaddr, unsigned long *pfn)
 static int fm_map_new(struct fm_iommu *iommu, struct fm_dma *dma)
 {
 	struct fm_pinner p = { .iommu = iommu, .dma = dma, .mm = dma->mm };
+	u64 start = trace_foliomap_map_enabled() ? ktime_get_ns() : 0;
 	int ret;
 
 	ret = fm_pin_map_dma(&p);
@@ -464,8 +472,11 @@ static int fm_map_new(struct fm_iommu *iommu, struct fm_dma *dma)
 	if (ret) {
 		dma->size = p.run_iova - dma->iova;
 		fm_dma_remove(iommu, dma);
+		return ret;
 	}
-	return ret;
+	trace_foliomap_map(dma->iova, dma->size, p.runs,
+			   start ? ktime_get_ns() - start : 0);
+	return 0;
 }
 
 /*
@@ -602,6 +613,8 @@ int fm_do_map(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_map *map)
 	ret = 0;
 	if (!list_empty(&iommu->domain_list))
 		ret = fm_map_new(iommu, dma);
+	if (!ret)
+		iommu->stats.map_calls++;
 out:
 	mutex_unlock(&iommu->lock);
 	return ret;

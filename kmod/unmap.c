@@ -23,10 +23,12 @@
  * iommu_unmap_fast() call before the next flush: 4K memory costs one
  * page-table lookup per page and one unmap per flush, not one per page.
  */
+#include <linux/ktime.h>
 #include <linux/sched.h>
 #include <linux/slab.h>
 
 #include "foliomap.h"
+#include "trace.h"
 
 /* Runs collected between two IOTLB flushes. */
 #define FM_UNMAP_RUNS		512
@@ -50,6 +52,7 @@ struct fm_unmapper {
 	dma_addr_t			pend_start;
 	dma_addr_t			pend_end;
 	bool				lost;		/* the IOMMU kept a pending page */
+	unsigned long			nr_runs;	/* runs recorded in all */
 };
 
 /*
@@ -175,13 +178,14 @@ static void fm_unmapper_add(struct fm_unmapper *u, dma_addr_t iova, phys_addr_t 
 	}
 	if (u->nr == u->max)
 		fm_unmapper_flush(u);
+	u->nr_runs++;
 	u->runs[u->nr++] = (struct fm_unmap_run){
 		.iova = iova, .pfn = PHYS_PFN(phys), .npage = npage,
 	};
 }
 
-void fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *domain,
-			   size_t size, bool do_accounting)
+unsigned long fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *domain,
+				    size_t size, bool do_accounting)
 {
 	struct fm_unmap_run stack_runs[FM_UNMAP_RUNS_STACK];
 	struct fm_unmapper u = { .dma = dma, .domain = domain };
@@ -242,6 +246,7 @@ void fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *domain,
 		kfree(u.runs);
 	if (do_accounting)
 		fm_lock_acct(dma, -u.uncharge, true);
+	return u.nr_runs;
 }
 
 /*
@@ -250,7 +255,9 @@ void fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *domain,
  */
 static void fm_unmap_unpin(struct fm_iommu *iommu, struct fm_dma *dma, bool do_accounting)
 {
+	u64 start = trace_foliomap_unmap_enabled() ? ktime_get_ns() : 0;
 	struct fm_domain *first, *d;
+	unsigned long runs;
 
 	if (!dma->iommu_mapped || !dma->size || list_empty(&iommu->domain_list))
 		return;
@@ -262,8 +269,10 @@ static void fm_unmap_unpin(struct fm_iommu *iommu, struct fm_dma *dma, bool do_a
 		iommu_unmap(d->domain, dma->iova, dma->size);
 		cond_resched();
 	}
-	fm_unmap_unpin_domain(dma, first->domain, dma->size, do_accounting);
+	runs = fm_unmap_unpin_domain(dma, first->domain, dma->size, do_accounting);
 	dma->iommu_mapped = false;
+	iommu->stats.runs_unmapped += runs;
+	trace_foliomap_unmap(dma->iova, dma->size, runs, start ? ktime_get_ns() - start : 0);
 }
 
 void fm_dma_remove(struct fm_iommu *iommu, struct fm_dma *dma)
@@ -457,6 +466,8 @@ again:
 		unmapped += dma->size;
 		fm_dma_remove(iommu, dma);
 	}
+	if (unmapped)
+		iommu->stats.unmap_calls++;
 out:
 	mutex_unlock(&iommu->lock);
 	unmap->size = unmapped;

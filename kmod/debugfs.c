@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Per-container counters in debugfs: <debugfs>/foliomap/<id>/stats, one
+ * directory per open container (id: 1, 2, ... in opening order), created
+ * at open and removed at release. Optional: without debugfs (not built,
+ * not mounted, or creation failing) the container works the same and the
+ * counters are simply not shown.
+ *
+ *   mappings        live MAP_DMA mappings
+ *   mapped_pages    pages of those mappings in the IOMMU (pinned, or
+ *                   device memory)
+ *   locked_pages    pages charged to the owners' locked memory
+ *   map_calls       successful MAP_DMA (new mappings; not VADDR updates)
+ *   unmap_calls     successful UNMAP_DMA that removed something
+ *   runs_mapped     physically contiguous runs mapped by the pin pipeline
+ *   runs_unmapped   runs released by the unmap pipeline
+ *   batches         pin batches filled (one GUP call or PFNMAP walk each)
+ *   batch_pages     pages in those batches
+ *   avg_batch_pages batch_pages / batches
+ */
+#include <linux/debugfs.h>
+#include <linux/math64.h>
+#include <linux/seq_file.h>
+
+#include "foliomap.h"
+
+static struct dentry *fm_debugfs_root;
+static atomic_t fm_debugfs_next_id = ATOMIC_INIT(0);
+
+static int fm_stats_show(struct seq_file *m, void *unused)
+{
+	struct fm_iommu *iommu = m->private;
+	struct fm_stats s;
+	u64 mapped = 0, locked = 0, mappings = 0;
+	struct rb_node *n;
+
+	mutex_lock(&iommu->lock);
+	s = iommu->stats;
+	for (n = rb_first(&iommu->dma_tree); n; n = rb_next(n)) {
+		struct fm_dma *dma = rb_entry(n, struct fm_dma, node);
+
+		mappings++;
+		if (dma->iommu_mapped)
+			mapped += dma->size >> PAGE_SHIFT;
+		locked += dma->locked_vm;
+	}
+	mutex_unlock(&iommu->lock);
+
+	seq_printf(m, "mappings %llu\n", mappings);
+	seq_printf(m, "mapped_pages %llu\n", mapped);
+	seq_printf(m, "locked_pages %llu\n", locked);
+	seq_printf(m, "map_calls %llu\n", s.map_calls);
+	seq_printf(m, "unmap_calls %llu\n", s.unmap_calls);
+	seq_printf(m, "runs_mapped %llu\n", s.runs_mapped);
+	seq_printf(m, "runs_unmapped %llu\n", s.runs_unmapped);
+	seq_printf(m, "batches %llu\n", s.batches);
+	seq_printf(m, "batch_pages %llu\n", s.batch_pages);
+	seq_printf(m, "avg_batch_pages %llu\n",
+		   s.batches ? div64_u64(s.batch_pages, s.batches) : 0);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(fm_stats);
+
+void fm_debugfs_open(struct fm_iommu *iommu)
+{
+	char name[16];
+
+	iommu->debugfs = NULL;
+	if (IS_ERR_OR_NULL(fm_debugfs_root))
+		return;
+	snprintf(name, sizeof(name), "%d", atomic_inc_return(&fm_debugfs_next_id));
+	iommu->debugfs = debugfs_create_dir(name, fm_debugfs_root);
+	debugfs_create_file("stats", 0444, iommu->debugfs, iommu, &fm_stats_fops);
+}
+
+/* Waits for readers of the stats file to finish: nothing can see @iommu after. */
+void fm_debugfs_release(struct fm_iommu *iommu)
+{
+	debugfs_remove(iommu->debugfs);
+	iommu->debugfs = NULL;
+}
+
+void fm_debugfs_init(void)
+{
+	fm_debugfs_root = debugfs_create_dir(KBUILD_MODNAME, NULL);
+}
+
+void fm_debugfs_exit(void)
+{
+	debugfs_remove(fm_debugfs_root);
+}

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * foliomap tracepoints (events/foliomap/ in tracefs): where map and unmap
+ * time goes, one event per mapping.
+ *
+ *   foliomap_map    a MAP_DMA mapping pinned, charged and mapped
+ *   foliomap_unmap  a mapping taken out of the IOMMU and released
+ *
+ * iova and size describe the mapping, pages = size / PAGE_SIZE; runs is the
+ * number of physically contiguous runs the pin pipeline mapped (one
+ * iommu_map() per run and domain) or the unmap pipeline released (one
+ * unpin call each); ns is the time the pipeline took.
+ */
+#undef TRACE_SYSTEM
+#define TRACE_SYSTEM foliomap
+
+#if !defined(_FOLIOMAP_TRACE_H) || defined(TRACE_HEADER_MULTI_READ)
+#define _FOLIOMAP_TRACE_H
+
+#include <linux/tracepoint.h>
+
+DECLARE_EVENT_CLASS(foliomap_dma,
+	TP_PROTO(u64 iova, u64 size, unsigned long runs, u64 ns),
+	TP_ARGS(iova, size, runs, ns),
+	TP_STRUCT__entry(
+		__field(u64, iova)
+		__field(u64, size)
+		__field(unsigned long, pages)
+		__field(unsigned long, runs)
+		__field(u64, ns)
+	),
+	TP_fast_assign(
+		__entry->iova = iova;
+		__entry->size = size;
+		__entry->pages = size >> PAGE_SHIFT;
+		__entry->runs = runs;
+		__entry->ns = ns;
+	),
+	TP_printk("iova=0x%llx size=0x%llx pages=%lu runs=%lu ns=%llu",
+		  __entry->iova, __entry->size, __entry->pages, __entry->runs,
+		  __entry->ns)
+);
+
+DEFINE_EVENT(foliomap_dma, foliomap_map,
+	TP_PROTO(u64 iova, u64 size, unsigned long runs, u64 ns),
+	TP_ARGS(iova, size, runs, ns)
+);
+
+DEFINE_EVENT(foliomap_dma, foliomap_unmap,
+	TP_PROTO(u64 iova, u64 size, unsigned long runs, u64 ns),
+	TP_ARGS(iova, size, runs, ns)
+);
+
+#endif /* _FOLIOMAP_TRACE_H */
+
+#undef TRACE_INCLUDE_PATH
+#define TRACE_INCLUDE_PATH .
+#undef TRACE_INCLUDE_FILE
+#define TRACE_INCLUDE_FILE trace
+#include <trace/define_trace.h>

@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * foliomap's observability: the per-container counters in debugfs
+ * (<debugfs>/foliomap/<id>/stats) and the foliomap_map/foliomap_unmap
+ * tracepoints. foliomap only: on stock the program plans no test (1..0),
+ * since stock has neither.
+ */
+#include <dirent.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+#include "common.h"
+
+#define DEBUGFS		"/sys/kernel/debug"
+#define TRACEFS		"/sys/kernel/tracing"
+#define FM_DEBUGFS	DEBUGFS "/foliomap"
+#define THP_SIZE	(8 * SZ_2M)
+
+static void th_mount(struct th *t, const char *type, const char *dir)
+{
+	char probe[256];
+
+	snprintf(probe, sizeof(probe), "%s/%s", dir,
+		 strcmp(type, "tracefs") ? "foliomap" : "trace");
+	if (access(probe, F_OK) == 0)
+		return;
+	if (mount(type, dir, type, 0, NULL) && errno != EBUSY)
+		FAIL("mount -t %s %s: %s", type, dir, strerror(errno));
+}
+
+/* The highest numbered container directory, 0 if none. */
+static int newest_container(struct th *t)
+{
+	DIR *d = opendir(FM_DEBUGFS);
+	struct dirent *e;
+	int id = 0;
+
+	if (!d)
+		FAIL("%s: %s", FM_DEBUGFS, strerror(errno));
+	while ((e = readdir(d)))
+		if (atoi(e->d_name) > id)
+			id = atoi(e->d_name);
+	closedir(d);
+	return id;
+}
+
+/* One counter of container @id, -1 if missing. */
+static long long stat_of(int id, const char *name)
+{
+	char path[128], key[64];
+	long long v, ret = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), FM_DEBUGFS "/%d/stats", id);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fscanf(f, "%63s %lld", key, &v) == 2)
+		if (!strcmp(key, name))
+			ret = v;
+	fclose(f);
+	return ret;
+}
+
+/* Close every fd of the test: the container goes once its groups go. */
+static void close_all(struct th *t)
+{
+	int i;
+
+	for (i = 0; i < t->nfds; i++)
+		if (t->fds[i] >= 0)
+			th_close(t, t->fds[i]);
+}
+
+TEST(debugfs_container_counters)
+{
+	int before, id, c;
+	char dir[128];
+	void *thp, *small;
+	long long runs;
+
+	th_mount(t, "debugfs", DEBUGFS);
+	before = newest_container(t);
+	c = th_container(t);
+	id = newest_container(t);
+	ASSERT_EQ(id, before + 1);
+	EXPECT_EQ(stat_of(id, "mappings"), 0);
+	EXPECT_EQ(stat_of(id, "map_calls"), 0);
+
+	thp = th_mem(t, VU_MEM_THP, THP_SIZE);
+	small = th_anon(t, 16 * SZ_4K);
+	MAP_OK(c, IOVA_A, thp, THP_SIZE);
+	EXPECT_EQ(stat_of(id, "mappings"), 1);
+	EXPECT_EQ(stat_of(id, "mapped_pages"), THP_SIZE / SZ_4K);
+	EXPECT_EQ(stat_of(id, "locked_pages"), THP_SIZE / SZ_4K);
+	EXPECT_EQ(stat_of(id, "map_calls"), 1);
+	/* One run per 2M folio at most: neighbouring folios may merge. */
+	runs = stat_of(id, "runs_mapped");
+	EXPECT_GE(runs, 1);
+	EXPECT_LE(runs, THP_SIZE / SZ_2M);
+	EXPECT_EQ(stat_of(id, "batch_pages"), THP_SIZE / SZ_4K);
+	EXPECT_EQ(stat_of(id, "batches"), THP_SIZE / SZ_2M);	/* 512 entries each */
+	EXPECT_EQ(stat_of(id, "avg_batch_pages"), 512);
+
+	MAP_OK(c, IOVA_B, small, 16 * SZ_4K);
+	EXPECT_EQ(stat_of(id, "mappings"), 2);
+	EXPECT_EQ(stat_of(id, "mapped_pages"), THP_SIZE / SZ_4K + 16);
+	EXPECT_EQ(stat_of(id, "map_calls"), 2);
+	EXPECT_LE(stat_of(id, "runs_mapped"), runs + 16);
+
+	UNMAP_OK(c, IOVA_A, THP_SIZE);
+	EXPECT_EQ(stat_of(id, "unmap_calls"), 1);
+	EXPECT_EQ(stat_of(id, "mappings"), 1);
+	EXPECT_GE(stat_of(id, "runs_unmapped"), 1);
+	EXPECT_LE(stat_of(id, "runs_unmapped"), THP_SIZE / SZ_2M);
+	UNMAP_OK(c, IOVA_B, 16 * SZ_4K);
+	EXPECT_EQ(stat_of(id, "unmap_calls"), 2);
+	EXPECT_EQ(stat_of(id, "mappings"), 0);
+	EXPECT_EQ(stat_of(id, "mapped_pages"), 0);
+	EXPECT_EQ(stat_of(id, "locked_pages"), 0);
+	/* A failed unmap counts nothing. */
+	UNMAP_RANGE(c, IOVA_B, 16 * SZ_4K, 0);
+	EXPECT_EQ(stat_of(id, "unmap_calls"), 2);
+
+	/* The directory goes with the container. */
+	snprintf(dir, sizeof(dir), FM_DEBUGFS "/%d", id);
+	ASSERT_EQ(access(dir, F_OK), 0);
+	close_all(t);
+	EXPECT_NE(access(dir, F_OK), 0);
+}
+
+static void write_file(struct th *t, const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY | O_TRUNC);
+
+	if (fd < 0)
+		FAIL("open %s: %s", path, strerror(errno));
+	if (write(fd, s, strlen(s)) != (ssize_t)strlen(s))
+		FAIL("write %s: %s", path, strerror(errno));
+	close(fd);
+}
+
+/* Find "<event>: iova=0x<iova> ..." in the trace; fills pages, runs, ns. */
+static bool find_event(const char *trace, const char *event, uint64_t iova,
+		       unsigned long *pages, unsigned long *runs, unsigned long long *ns)
+{
+	char want[96];
+	const char *p;
+	unsigned long long size;
+
+	snprintf(want, sizeof(want), "%s: iova=0x%llx ", event, (unsigned long long)iova);
+	p = strstr(trace, want);
+	if (!p)
+		return false;
+	return sscanf(p + strlen(want), "size=0x%llx pages=%lu runs=%lu ns=%llu",
+		      &size, pages, runs, ns) == 4;
+}
+
+TEST(tracepoints_map_unmap)
+{
+	static char trace[1 << 16];
+	unsigned long pages, runs;
+	unsigned long long ns;
+	void *thp, *small;
+	ssize_t n;
+	int c, fd;
+
+	th_mount(t, "tracefs", TRACEFS);
+	c = th_container(t);
+	thp = th_mem(t, VU_MEM_THP, THP_SIZE);
+	small = th_anon(t, 16 * SZ_4K);
+	write_file(t, TRACEFS "/events/foliomap/enable", "1");
+	write_file(t, TRACEFS "/trace", "");
+	MAP_OK(c, IOVA_A, thp, THP_SIZE);
+	MAP_OK(c, IOVA_B, small, 16 * SZ_4K);
+	UNMAP_OK(c, IOVA_A, THP_SIZE);
+	UNMAP_OK(c, IOVA_B, 16 * SZ_4K);
+	write_file(t, TRACEFS "/events/foliomap/enable", "0");
+
+	fd = open(TRACEFS "/trace", O_RDONLY);
+	ASSERT_TRUE(fd >= 0);
+	n = read(fd, trace, sizeof(trace) - 1);
+	close(fd);
+	ASSERT_TRUE(n > 0);
+	trace[n] = 0;
+
+	ASSERT_TRUE(find_event(trace, "foliomap_map", IOVA_A, &pages, &runs, &ns));
+	EXPECT_EQ(pages, THP_SIZE / SZ_4K);
+	EXPECT_GE(runs, 1);
+	EXPECT_LE(runs, THP_SIZE / SZ_2M);
+	EXPECT_GE(ns, 1);
+	ASSERT_TRUE(find_event(trace, "foliomap_map", IOVA_B, &pages, &runs, &ns));
+	EXPECT_EQ(pages, 16);
+	EXPECT_GE(runs, 1);
+	EXPECT_LE(runs, 16);
+	ASSERT_TRUE(find_event(trace, "foliomap_unmap", IOVA_A, &pages, &runs, &ns));
+	EXPECT_EQ(pages, THP_SIZE / SZ_4K);
+	EXPECT_GE(runs, 1);
+	EXPECT_LE(runs, THP_SIZE / SZ_2M);
+	EXPECT_GE(ns, 1);
+	ASSERT_TRUE(find_event(trace, "foliomap_unmap", IOVA_B, &pages, &runs, &ns));
+	EXPECT_EQ(pages, 16);
+	EXPECT_LE(runs, 16);
+}
+
+int main(int argc, char **argv)
+{
+	if (!is_foliomap()) {
+		printf("TAP version 13\n1..0\n# t_observe: foliomap only (debugfs counters, tracepoints)\n");
+		return 0;
+	}
+	return th_main(argc, argv);
+}
