@@ -5,7 +5,7 @@
 #                   against stock type1 and foliomap on every kernel of KERNELS
 #                   (default 6.12 and 6.1; KERNEL=6.1 alone), plus the host-side
 #                   tests (DKMS install, style); ends "N passed, N failed"
-# make style        checkpatch.pl over kmod/ and tests/emu (STRICT=0: default level)
+# make style        checkpatch.pl --strict over kmod/ and tests/emu (STRICT=0: default level)
 # make install / uninstall          plain module install for KVER (default: running)
 # make dkms-install / dkms-uninstall  DKMS install (rebuilt for each new kernel)
 # make fuzz [SEED=1] [STEPS=5000]  differential fuzzing: one stock guest runs the
@@ -91,6 +91,39 @@ dkms-uninstall:
 	-dkms remove -m foliomap -v $(DKMS_VERSION) --all
 	rm -rf $(DKMS_SRC)
 	$(MAKE) uninstall-conf
+
+# Style gate: the kernel's checkpatch.pl (from Debian's linux-source-6.12,
+# installed with apt when missing) over the module and tests/emu, --strict.
+# Ignored: LINUX_VERSION_CODE (the compat.h files exist to tell the
+# supported kernels apart; out of tree there is no "version merged into")
+# and CONSTANT_COMPARISON (its false positive on LINUX_VERSION_CODE <
+# KERNEL_VERSION(...)). STRICT=0 checks the default level only.
+STRICT ?= 1
+CHECKPATCH = build/checkpatch/checkpatch.pl
+CHECKPATCH_FLAGS = --no-tree --file --terse --quiet --max-line-length=100 \
+	--ignore LINUX_VERSION_CODE,CONSTANT_COMPARISON $(if $(filter 1,$(STRICT)),--strict)
+STYLE_FILES = $(filter-out %.mod.c,$(wildcard kmod/*.c tests/emu/*.c)) \
+	$(wildcard kmod/*.h tests/emu/*.h)
+
+$(CHECKPATCH):
+	@src=/usr/src/linux-source-6.12.tar.xz; \
+	if [ ! -f $$src ]; then \
+		DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q \
+			--no-install-recommends linux-source-6.12 >/dev/null || \
+		{ apt-get -o DPkg::Lock::Timeout=600 update -qq && \
+		  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q \
+			--no-install-recommends linux-source-6.12 >/dev/null; } || exit 1; \
+	fi; \
+	mkdir -p $(dir $@) && \
+	tar -xJf $$src -C $(dir $@) --strip-components=2 \
+		linux-source-6.12/scripts/checkpatch.pl linux-source-6.12/scripts/spelling.txt \
+		linux-source-6.12/scripts/const_structs.checkpatch
+
+style: $(CHECKPATCH)
+	@out=$$(perl $(CHECKPATCH) $(CHECKPATCH_FLAGS) $(STYLE_FILES)); rc=$$?; \
+	printf '%s\n' "$$out" | grep -v '^total: 0 errors, 0 warnings, 0 checks'; \
+	[ $$rc -eq 0 ] && echo "style: checkpatch.pl clean ($(words $(STYLE_FILES)) files)"; \
+	exit $$rc
 
 SEED ?= 1
 STEPS ?= 5000

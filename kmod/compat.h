@@ -43,7 +43,8 @@
 	LINUX_VERSION_CODE < KERNEL_VERSION(6, 13, 0)
 #define FM_KERNEL_6_12
 #else
-#error "foliomap supports Linux 6.1 and 6.12 (Debian 12 and its backports) only: the VFIO core's private driver-ops layout (vfio_private.h) is only known for those"
+/* vfio_private.h matches the VFIO core's private layout of these two only. */
+#error "foliomap supports Linux 6.1 and 6.12 only (Debian 12 and its backports)"
 #endif
 
 #include <linux/device.h>
@@ -163,7 +164,7 @@ static inline int fm_compat_follow_pfnmap(struct vm_area_struct *vma,
 	follow_pfnmap_end(&args);
 	return 0;
 #else
-	spinlock_t *ptl;
+	spinlock_t *ptl;	/* the page table lock that follow_pte() took */
 	pte_t *ptep;
 	int ret = follow_pte(vma->vm_mm, addr, &ptep, &ptl);
 

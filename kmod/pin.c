@@ -55,8 +55,9 @@ struct fm_pinner {
 
 /*
  * Memory without a struct page (MMIO) or with PageReserved is not charged
- * (GUP still pins reserved pages, see fm_release_run()). Drivers that reserve a compound page reserve all of
- * its subpages, so testing any page of a folio answers for the folio.
+ * (GUP still pins reserved pages, see fm_release_run()). Drivers that
+ * reserve a compound page reserve all of its subpages, so testing any page
+ * of a folio answers for the folio.
  */
 bool fm_pfn_is_invalid_or_reserved(unsigned long pfn)
 {
@@ -331,12 +332,12 @@ static int fm_run_map(struct fm_pinner *p)
 	int ret;
 
 	if (p->target) {
-		ret = fm_compat_iommu_map(p->target->domain, p->run_iova, phys, len, prot,
-				GFP_KERNEL_ACCOUNT);
+		ret = fm_compat_iommu_map(p->target->domain, p->run_iova, phys, len,
+					  prot, GFP_KERNEL_ACCOUNT);
 	} else {
 		list_for_each_entry(d, &p->iommu->domain_list, next) {
-			ret = fm_compat_iommu_map(d->domain, p->run_iova, phys, len, prot,
-					GFP_KERNEL_ACCOUNT);
+			ret = fm_compat_iommu_map(d->domain, p->run_iova, phys, len,
+						  prot, GFP_KERNEL_ACCOUNT);
 			if (ret)
 				break;
 		}
@@ -650,8 +651,8 @@ static int fm_replay_copy(struct fm_domain *src, struct fm_domain *dst,
 				break;
 			len += PAGE_SIZE;
 		}
-		ret = fm_compat_iommu_map(dst->domain, dma->iova + off, phys, len, prot,
-				GFP_KERNEL_ACCOUNT);
+		ret = fm_compat_iommu_map(dst->domain, dma->iova + off, phys, len,
+					  prot, GFP_KERNEL_ACCOUNT);
 		if (ret)
 			return ret;
 		off += len;

@@ -20,36 +20,29 @@
 #include <linux/tracepoint.h>
 
 DECLARE_EVENT_CLASS(foliomap_dma,
-	TP_PROTO(u64 iova, u64 size, unsigned long runs, u64 ns),
-	TP_ARGS(iova, size, runs, ns),
-	TP_STRUCT__entry(
-		__field(u64, iova)
-		__field(u64, size)
-		__field(unsigned long, pages)
-		__field(unsigned long, runs)
-		__field(u64, ns)
-	),
-	TP_fast_assign(
-		__entry->iova = iova;
-		__entry->size = size;
-		__entry->pages = size >> PAGE_SHIFT;
-		__entry->runs = runs;
-		__entry->ns = ns;
-	),
-	TP_printk("iova=0x%llx size=0x%llx pages=%lu runs=%lu ns=%llu",
-		  __entry->iova, __entry->size, __entry->pages, __entry->runs,
-		  __entry->ns)
-);
+		    TP_PROTO(u64 iova, u64 size, unsigned long runs, u64 ns),
+		    TP_ARGS(iova, size, runs, ns),
+		    TP_STRUCT__entry(__field(u64, iova)
+				     __field(u64, size)
+				     __field(unsigned long, pages)
+				     __field(unsigned long, runs)
+				     __field(u64, ns)),
+		    TP_fast_assign(__entry->iova = iova;
+				   __entry->size = size;
+				   __entry->pages = size >> PAGE_SHIFT;
+				   __entry->runs = runs;
+				   __entry->ns = ns;),
+		    TP_printk("iova=0x%llx size=0x%llx pages=%lu runs=%lu ns=%llu",
+			      __entry->iova, __entry->size, __entry->pages,
+			      __entry->runs, __entry->ns));
 
 DEFINE_EVENT(foliomap_dma, foliomap_map,
-	TP_PROTO(u64 iova, u64 size, unsigned long runs, u64 ns),
-	TP_ARGS(iova, size, runs, ns)
-);
+	     TP_PROTO(u64 iova, u64 size, unsigned long runs, u64 ns),
+	     TP_ARGS(iova, size, runs, ns));
 
 DEFINE_EVENT(foliomap_dma, foliomap_unmap,
-	TP_PROTO(u64 iova, u64 size, unsigned long runs, u64 ns),
-	TP_ARGS(iova, size, runs, ns)
-);
+	     TP_PROTO(u64 iova, u64 size, unsigned long runs, u64 ns),
+	     TP_ARGS(iova, size, runs, ns));
 
 #endif /* _FOLIOMAP_TRACE_H */
 

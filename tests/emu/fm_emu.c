@@ -328,8 +328,8 @@ static int __init fm_emu_init(void)
 
 	if (ret)
 		return ret;
-	fm_emu_pdev = platform_device_register_simple(FM_EMU_NAME, PLATFORM_DEVID_NONE,
-						       NULL, 0);
+	fm_emu_pdev = platform_device_register_simple(FM_EMU_NAME,
+						      PLATFORM_DEVID_NONE, NULL, 0);
 	if (IS_ERR(fm_emu_pdev)) {
 		platform_driver_unregister(&fm_emu_driver);
 		return PTR_ERR(fm_emu_pdev);
