@@ -28,7 +28,7 @@ static void th_mount(struct th *t, const char *type, const char *dir)
 		FAIL("mount -t %s %s: %s", type, dir, strerror(errno));
 }
 
-/* The highest numbered container directory, 0 if none. */
+/* The highest numbered container directory (the newest), 0 if none. */
 static int newest_container(struct th *t)
 {
 	DIR *d = opendir(FM_DEBUGFS);
@@ -83,7 +83,8 @@ TEST(debugfs_container_counters)
 	before = newest_container(t);
 	c = th_container(t);
 	id = newest_container(t);
-	ASSERT_EQ(id, before + 1);
+	/* Ids count up; closed containers' directories are gone. */
+	ASSERT_TRUE(id > before);
 	EXPECT_EQ(stat_of(id, "mappings"), 0);
 	EXPECT_EQ(stat_of(id, "map_calls"), 0);
 
