@@ -51,6 +51,7 @@
 #include <linux/iommu.h>
 #include <linux/irqdomain.h>
 #include <linux/mm.h>
+#include <linux/mmzone.h>
 #include <linux/stddef.h>
 #include <linux/vfio.h>
 
@@ -146,12 +147,21 @@ static inline unsigned long fm_compat_untagged_addr(struct mm_struct *mm,
  * writable, read under the page table lock, which is dropped again before
  * returning (as stock type1 does: the pfn is device memory, not a page
  * whose lifetime a pin would extend). mmap_lock held by the caller.
+ * @npage: how many pages from @addr on the same leaf entry maps, with
+ * pfns following each other from @pfn.
  * Returns 0, or -errno when nothing is mapped there (the caller faults it
  * in and retries).
+ *
+ * 6.12's follow_pfnmap_start() reports no extent (addr_mask appears in
+ * 6.15), but it leaves args.ptep NULL exactly when the entry is a PMD or
+ * PUD leaf (pfnmap_args_setup() in mm/memory.c), and either leaf maps at
+ * least the whole PMD-aligned block around @addr contiguously. A pte
+ * answers for one page; so does 6.1's follow_pte(), which only ever
+ * returns ptes.
  */
 static inline int fm_compat_follow_pfnmap(struct vm_area_struct *vma,
-					  unsigned long addr,
-					  unsigned long *pfn, bool *writable)
+					  unsigned long addr, unsigned long *pfn,
+					  bool *writable, unsigned long *npage)
 {
 #ifdef FM_HAVE_FOLLOW_PFNMAP
 	struct follow_pfnmap_args args = { .vma = vma, .address = addr };
@@ -161,6 +171,7 @@ static inline int fm_compat_follow_pfnmap(struct vm_area_struct *vma,
 		return ret;
 	*pfn = args.pfn;
 	*writable = args.writable;
+	*npage = args.ptep ? 1 : (PMD_SIZE - (addr & ~PMD_MASK)) >> PAGE_SHIFT;
 	follow_pfnmap_end(&args);
 	return 0;
 #else
@@ -172,6 +183,7 @@ static inline int fm_compat_follow_pfnmap(struct vm_area_struct *vma,
 		return ret;
 	*pfn = pte_pfn(*ptep);
 	*writable = pte_write(*ptep);
+	*npage = 1;
 	pte_unmap_unlock(ptep, ptl);
 	return 0;
 #endif
@@ -192,5 +204,16 @@ static inline size_t fm_compat_info_outsz(u32 argsz)
 	       offsetofend(struct vfio_iommu_type1_info, iova_pgsizes);
 #endif
 }
+
+/*
+ * pfn_valid() cannot change inside an aligned block of this many pfns
+ * (a memory subsection; a whole section without SPARSEMEM_VMEMMAP
+ * subsections): testing one pfn answers for the block.
+ */
+#ifdef PAGES_PER_SUBSECTION
+#define FM_PFN_VALID_BLOCK	PAGES_PER_SUBSECTION
+#else
+#define FM_PFN_VALID_BLOCK	PAGES_PER_SECTION
+#endif
 
 #endif /* _FOLIOMAP_COMPAT_H */

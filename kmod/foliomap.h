@@ -89,6 +89,20 @@ struct fm_iova_range {
 	dma_addr_t		end;
 };
 
+/* A physically contiguous stretch of pfns, in IOVA order. */
+struct fm_run {
+	unsigned long	pfn;
+	unsigned long	npage;
+};
+
+/*
+ * At most one record entry per this many pages of a mapping (16 bytes per
+ * 256 KiB, below 0.01% of the mapping); more fragmented memory has no
+ * record and is walked in the IOMMU instead.
+ */
+#define FM_REC_PAGES_PER_ENTRY	64
+#define FM_REC_MIN_ENTRIES	16
+
 /* One VFIO_IOMMU_MAP_DMA mapping. */
 struct fm_dma {
 	struct rb_node		node;
@@ -116,6 +130,20 @@ struct fm_dma {
 	struct rb_root		pfn_list;	/* struct fm_vpfn: external pins */
 	unsigned long		*bitmap;	/* dirty bitmap when tracking */
 	size_t			locked_vm;	/* pages charged to mm for this dma */
+	/*
+	 * The run record: the pfn runs this mapping's pins were mapped
+	 * with, in IOVA order from dma->iova, appended only after every
+	 * domain accepted the run, so that [iova, iova + rec_pages pages)
+	 * is exactly what is pinned and mapped. Unmap and replay use it
+	 * instead of asking the IOMMU page by page. NULL when the memory
+	 * was too fragmented (rec_dropped), when no memory was free, or
+	 * while nothing is pinned.
+	 */
+	struct fm_run		*rec;
+	unsigned int		rec_nr;
+	unsigned int		rec_max;
+	unsigned long		rec_pages;
+	bool			rec_dropped;
 };
 
 /* A page pinned through the in-kernel API (pin_pages) of an emulated device. */
@@ -125,6 +153,27 @@ struct fm_vpfn {
 	unsigned long		pfn;
 	unsigned int		ref_count;
 };
+
+/*
+ * How many of the @npage pfns from @pfn (at most) are known not to be
+ * valid from one pfn_valid() test: validity is constant over an aligned
+ * FM_PFN_VALID_BLOCK. 0 if @pfn is valid (has a struct page).
+ */
+static inline unsigned long fm_invalid_pfns(unsigned long pfn, unsigned long npage)
+{
+	if (pfn_valid(pfn))
+		return 0;
+	return min(npage, ALIGN(pfn + 1, FM_PFN_VALID_BLOCK) - pfn);
+}
+
+/* The number of pages from @pfn (at most @n) inside the folio of its page. */
+static inline unsigned long fm_folio_segment(unsigned long pfn, unsigned long n)
+{
+	struct page *page = pfn_to_page(pfn);
+	struct folio *folio = page_folio(page);
+
+	return min_t(unsigned long, n, folio_nr_pages(folio) - folio_page_idx(folio, page));
+}
 
 /* main.c */
 extern const struct vfio_iommu_driver_ops fm_driver_ops;
@@ -179,6 +228,9 @@ unsigned long fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *dom
 				    size_t size, bool do_accounting);
 void fm_unmap_unpin_all(struct fm_iommu *iommu);
 void fm_unmap_unpin_reaccount(struct fm_iommu *iommu);
+/* The run record: covers exactly the first @size bytes of @dma? */
+bool fm_rec_covers(struct fm_dma *dma, size_t size);
+void fm_rec_free(struct fm_dma *dma);
 long fm_unpin_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
 		  unsigned long npage, bool do_accounting);
 

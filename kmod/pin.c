@@ -21,23 +21,34 @@
 #include <linux/ktime.h>
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
+#include <linux/sizes.h>
 #include <linux/slab.h>
 
 #include "foliomap.h"
 #include "trace.h"
 
-/* One page of page pointers: one GUP call pins up to 2M of 4K pages. */
-#define FM_BATCH_MAX	(PAGE_SIZE / sizeof(struct page *))
+/*
+ * Page pointers per GUP call (4 MiB of 4K pages, one call per 4 MiB even
+ * for huge pages): GUP output is only scanned once, into runs.
+ */
+#define FM_BATCH_PAGES	1024
+/* PFNMAP lookups per batch: at most this many pages under one mmap_lock. */
+#define FM_PFNMAP_PAGES	(SZ_1G >> PAGE_SHIFT)
 
+/*
+ * The batch is run-length: after the single pass over GUP's page pointers
+ * (or the PFNMAP lookups, which produce runs directly) every later step
+ * (charge, map, release) costs O(runs) or O(folios), never O(4K pages).
+ */
 struct fm_batch {
-	union {
-		struct page	**pages;	/* pinned by GUP */
-		unsigned long	*pfns;		/* VM_PFNMAP: looked up, not pinned */
-	};
-	bool		pfnmap;
-	unsigned long	capacity;
-	unsigned long	size;
-	struct page	*fallback;		/* one entry if no page was free */
+	struct page	**pages;	/* GUP output, FM_BATCH_PAGES or 1 */
+	struct fm_run	*runs;		/* as many as pages */
+	unsigned long	capacity;	/* entries of pages and of runs */
+	unsigned long	nr_runs;
+	unsigned long	size;		/* pages in runs[] */
+	bool		pfnmap;		/* looked up, not pinned */
+	struct page	*fallback_page;	/* capacity 1 if nothing was free */
+	struct fm_run	fallback_run;
 };
 
 struct fm_pinner {
@@ -108,37 +119,73 @@ int fm_lock_acct(struct fm_dma *dma, long npage, bool async)
 static void fm_batch_init(struct fm_batch *b)
 {
 	b->size = 0;
-	b->pages = (struct page **)__get_free_page(GFP_KERNEL);
-	if (b->pages) {
-		b->capacity = FM_BATCH_MAX;
-	} else {
-		b->pages = &b->fallback;
-		b->capacity = 1;
+	b->nr_runs = 0;
+	b->pages = kmalloc_array(FM_BATCH_PAGES, sizeof(*b->pages),
+				 GFP_KERNEL | __GFP_NOWARN);
+	b->runs = kmalloc_array(FM_BATCH_PAGES, sizeof(*b->runs),
+				GFP_KERNEL | __GFP_NOWARN);
+	if (b->pages && b->runs) {
+		b->capacity = FM_BATCH_PAGES;
+		return;
 	}
+	kfree(b->pages);
+	kfree(b->runs);
+	b->pages = &b->fallback_page;
+	b->runs = &b->fallback_run;
+	b->capacity = 1;
 }
 
 static void fm_batch_fini(struct fm_batch *b)
 {
-	if (b->pages != &b->fallback)
-		free_page((unsigned long)b->pages);
+	if (b->pages != &b->fallback_page) {
+		kfree(b->pages);
+		kfree(b->runs);
+	}
 }
 
-static unsigned long fm_batch_pfn(const struct fm_batch *b, unsigned long i)
+/* Append @npage pfns from @pfn, merging with the last run when contiguous. */
+static void fm_batch_add(struct fm_batch *b, unsigned long pfn, unsigned long npage)
 {
-	return b->pfnmap ? b->pfns[i] : page_to_pfn(b->pages[i]);
+	struct fm_run *last = b->nr_runs ? &b->runs[b->nr_runs - 1] : NULL;
+
+	if (last && last->pfn + last->npage == pfn)
+		last->npage += npage;
+	else
+		b->runs[b->nr_runs++] = (struct fm_run){ .pfn = pfn, .npage = npage };
+	b->size += npage;
 }
 
 /*
- * The pfn behind @addr of a VM_PFNMAP vma, faulting the pte in if needed.
+ * The one pass over GUP's output: consecutive page pointers whose pfns
+ * follow each other become one run.
+ */
+static void fm_batch_pages_to_runs(struct fm_batch *b, unsigned long n)
+{
+	unsigned long i = 0;
+
+	while (i < n) {
+		unsigned long pfn = page_to_pfn(b->pages[i]), len = 1;
+
+		while (i + len < n && b->pages[i + len] == b->pages[i] + len)
+			len++;
+		fm_batch_add(b, pfn, len);
+		i += len;
+	}
+}
+
+/*
+ * The pfn behind @addr of a VM_PFNMAP vma, faulting the entry in if
+ * needed, and in @npage how many pages from there one leaf entry maps
+ * contiguously (1 for a pte, the rest of the PMD block for a huge entry).
  * -EAGAIN: the fault dropped mmap_lock, the vma must be looked up again.
  */
 static int fm_follow_pfn(struct vm_area_struct *vma, unsigned long addr,
-			 bool write, unsigned long *pfn)
+			 bool write, unsigned long *pfn, unsigned long *npage)
 {
 	bool writable;
 	int ret;
 
-	if (fm_compat_follow_pfnmap(vma, addr, pfn, &writable)) {
+	if (fm_compat_follow_pfnmap(vma, addr, pfn, &writable, npage)) {
 		unsigned int flags = FAULT_FLAG_REMOTE | (write ? FAULT_FLAG_WRITE : 0);
 		bool unlocked = false;
 
@@ -147,7 +194,7 @@ static int fm_follow_pfn(struct vm_area_struct *vma, unsigned long addr,
 			return -EAGAIN;
 		if (ret)
 			return ret;
-		ret = fm_compat_follow_pfnmap(vma, addr, pfn, &writable);
+		ret = fm_compat_follow_pfnmap(vma, addr, pfn, &writable, npage);
 		if (ret)
 			return ret;
 	}
@@ -157,48 +204,64 @@ static int fm_follow_pfn(struct vm_area_struct *vma, unsigned long addr,
 
 /*
  * GUP refuses VM_PFNMAP memory (device BARs): look such pfns up instead,
- * one pte at a time but under the caller's single mmap_read_lock. Only
+ * under the caller's single mmap_read_lock, one leaf entry at a time: a
+ * huge (PMD/PUD) entry of a BAR gives up to 512 pages per lookup. Only
  * memory that is not an ordinary page is accepted. Returns the number of
- * pfns found, 0 if @vaddr is not in a VM_PFNMAP vma, or -errno.
+ * pages found, 0 if @vaddr is not in a VM_PFNMAP vma, or -errno.
  */
 static long fm_fill_pfnmap(struct fm_batch *b, struct mm_struct *mm,
 			   unsigned long vaddr, unsigned long npage, bool write)
 {
 	unsigned long addr = fm_compat_untagged_addr(mm, vaddr);
 	struct vm_area_struct *vma = NULL;
-	unsigned long n = 0;
 	int ret = 0;
 
 	b->pfnmap = true;
-	while (n < npage) {
-		unsigned long pfn;
+	npage = min_t(unsigned long, npage, FM_PFNMAP_PAGES);
+	while (b->size < npage) {
+		unsigned long pfn, n, ok;
 
 		if (!vma || addr >= vma->vm_end) {
+			if (b->nr_runs == b->capacity)
+				break;
 			vma = vma_lookup(mm, addr);
 			if (!vma || !(vma->vm_flags & VM_PFNMAP))
 				break;
 		}
-		ret = fm_follow_pfn(vma, addr, write, &pfn);
+		ret = fm_follow_pfn(vma, addr, write, &pfn, &n);
 		if (ret == -EAGAIN) {
 			vma = NULL;
 			continue;
 		}
 		if (ret)
 			break;
-		if (!fm_pfn_is_invalid_or_reserved(pfn)) {
-			ret = -EFAULT;
-			break;
+		/* The leaf lies inside the vma; stay inside the request too. */
+		n = min3(n, npage - b->size, (vma->vm_end - addr) >> PAGE_SHIFT);
+		ok = fm_invalid_pfns(pfn, n);
+		if (!ok) {
+			/* A struct page: accept it only if reserved, one at a time. */
+			if (!PageReserved(pfn_to_page(pfn))) {
+				ret = -EFAULT;
+				break;
+			}
+			ok = 1;
 		}
-		b->pfns[n++] = pfn;
-		addr += PAGE_SIZE;
+		if (b->nr_runs == b->capacity &&
+		    b->runs[b->nr_runs - 1].pfn + b->runs[b->nr_runs - 1].npage != pfn)
+			break;
+		fm_batch_add(b, pfn, ok);
+		addr += ok << PAGE_SHIFT;
 	}
-	return n ? n : ret;
+	return b->size ? b->size : ret;
 }
 
 /*
  * Fill @b from up to @npage pages at @vaddr of @mm. Pages are pinned
  * FOLL_LONGTERM (migrated out of ZONE_MOVABLE/CMA first) and only from @mm.
- * Returns the number of entries (> 0) or -errno, with nothing pinned.
+ * When @mm is the caller's own, the lockless GUP-fast walk pins what it
+ * can (it refuses folios that a long-term pin must not hold, and the
+ * regular walk then migrates them). Returns the number of pages (> 0) or
+ * -errno, with nothing pinned.
  */
 static long fm_batch_fill(struct fm_batch *b, struct mm_struct *mm,
 			  unsigned long vaddr, unsigned long npage, int prot)
@@ -206,12 +269,28 @@ static long fm_batch_fill(struct fm_batch *b, struct mm_struct *mm,
 	unsigned int gup = FOLL_LONGTERM | ((prot & IOMMU_WRITE) ? FOLL_WRITE : 0);
 	long ret;
 
-	npage = min(npage, b->capacity);
 	b->pfnmap = false;
+	b->size = 0;
+	b->nr_runs = 0;
+
+	if (mm == current->mm) {
+		ret = pin_user_pages_fast(vaddr, min(npage, b->capacity), gup, b->pages);
+		if (ret > 0) {
+			fm_batch_pages_to_runs(b, ret);
+			return ret;
+		}
+		/*
+		 * Nothing pinned: VM_PFNMAP (only the locked walk handles
+		 * it) or an error, which the locked walk reports as stock.
+		 */
+	}
 
 	mmap_read_lock(mm);
-	ret = fm_compat_pin_user_pages_remote(mm, vaddr, npage, gup, b->pages);
-	if (ret <= 0) {
+	ret = fm_compat_pin_user_pages_remote(mm, vaddr, min(npage, b->capacity), gup,
+					      b->pages);
+	if (ret > 0) {
+		fm_batch_pages_to_runs(b, ret);
+	} else {
 		long found = fm_fill_pfnmap(b, mm, vaddr, npage, prot & IOMMU_WRITE);
 
 		if (found)
@@ -223,40 +302,18 @@ static long fm_batch_fill(struct fm_batch *b, struct mm_struct *mm,
 
 	if (!ret)
 		ret = -EFAULT;
-	b->size = ret > 0 ? ret : 0;
 	return ret;
 }
 
 /*
- * The length of the physically contiguous stretch of @pages (at most @n)
- * that stays inside the folio of its first page: one reserved test holds
- * for all of it.
+ * Pages to charge among @n ordinary pages at @iova: those not already
+ * charged as external pins.
  */
-static unsigned long fm_folio_segment(struct page **pages, unsigned long n)
+static long fm_stretch_charge(struct fm_dma *dma, dma_addr_t iova, unsigned long n)
 {
-	struct folio *folio = page_folio(pages[0]);
-	unsigned long pfn = page_to_pfn(pages[0]);
-	unsigned long len;
-
-	n = min_t(unsigned long, n, folio_nr_pages(folio) - folio_page_idx(folio, pages[0]));
-	for (len = 1; len < n; len++)
-		if (page_to_pfn(pages[len]) != pfn + len)
-			break;
-	return len;
-}
-
-/*
- * Pages to charge for entries [from, to) of the batch, which start at
- * @iova: the ordinary ones not already charged as external pins.
- */
-static long fm_stretch_charge(struct fm_dma *dma, dma_addr_t iova,
-			      unsigned long from, unsigned long to)
-{
-	unsigned long n = to - from;
-
 	if (!n)
 		return 0;
-	return n - fm_vpfn_count(dma, iova + (from << PAGE_SHIFT), n);
+	return n - fm_vpfn_count(dma, iova, n);
 }
 
 /* Charge the whole batch at once, before any of it reaches the IOMMU. */
@@ -265,8 +322,9 @@ static int fm_batch_charge(struct fm_pinner *p)
 	struct fm_batch *b = &p->batch;
 	struct fm_dma *dma = p->dma;
 	dma_addr_t iova = p->run_iova + (p->run_npage << PAGE_SHIFT);
-	unsigned long i = 0, start = 0;
+	dma_addr_t stretch = iova;	/* first uncounted ordinary page */
 	long charge = 0;
+	unsigned long r;
 	int ret;
 
 	if (b->pfnmap) {
@@ -276,17 +334,24 @@ static int fm_batch_charge(struct fm_pinner *p)
 		return 0;
 	}
 
-	while (i < b->size) {
-		unsigned long len = fm_folio_segment(b->pages + i, b->size - i);
+	for (r = 0; r < b->nr_runs; r++) {
+		unsigned long pfn = b->runs[r].pfn, left = b->runs[r].npage;
 
-		if (PageReserved(b->pages[i])) {
-			charge += fm_stretch_charge(dma, iova, start, i);
-			start = i + len;
-			dma->has_rsvd = true;
+		while (left) {
+			unsigned long len = fm_folio_segment(pfn, left);
+
+			if (PageReserved(pfn_to_page(pfn))) {
+				charge += fm_stretch_charge(dma, stretch,
+							    (iova - stretch) >> PAGE_SHIFT);
+				stretch = iova + (len << PAGE_SHIFT);
+				dma->has_rsvd = true;
+			}
+			pfn += len;
+			left -= len;
+			iova += len << PAGE_SHIFT;
 		}
-		i += len;
 	}
-	charge += fm_stretch_charge(dma, iova, start, b->size);
+	charge += fm_stretch_charge(dma, stretch, (iova - stretch) >> PAGE_SHIFT);
 
 	ret = fm_lock_acct(dma, charge, false);
 	if (ret == -ENOMEM)
@@ -297,25 +362,86 @@ static int fm_batch_charge(struct fm_pinner *p)
 }
 
 /*
- * Unpin batch entries [from, size), charged or not, as contiguous runs.
- * Entry @from sits right after the open run: everything before it was
- * consumed into runs.
+ * Unpin the unconsumed part of the batch, charged or not: run @r from its
+ * page @off on, and every later run. It sits right after the open run.
  */
-static void fm_batch_release(struct fm_pinner *p, unsigned long from, bool charged)
+static void fm_batch_release(struct fm_pinner *p, unsigned long r, unsigned long off,
+			     bool charged)
 {
 	struct fm_batch *b = &p->batch;
 	dma_addr_t iova = p->run_iova + (p->run_npage << PAGE_SHIFT);
-	unsigned long i = from;
 
-	while (i < b->size) {
-		unsigned long pfn = fm_batch_pfn(b, i), len = 1;
+	for (; r < b->nr_runs; r++, off = 0) {
+		unsigned long npage = b->runs[r].npage - off;
 
-		while (i + len < b->size && fm_batch_pfn(b, i + len) == pfn + len)
-			len++;
-		fm_unpin_run(p->dma, iova + ((i - from) << PAGE_SHIFT), pfn, len, charged);
-		i += len;
+		fm_unpin_run(p->dma, iova, b->runs[r].pfn + off, npage, charged);
+		iova += npage << PAGE_SHIFT;
 	}
+	b->nr_runs = 0;
 	b->size = 0;
+}
+
+void fm_rec_free(struct fm_dma *dma)
+{
+	kfree(dma->rec);
+	dma->rec = NULL;
+	dma->rec_nr = 0;
+	dma->rec_max = 0;
+	dma->rec_pages = 0;
+	dma->rec_dropped = false;
+}
+
+bool fm_rec_covers(struct fm_dma *dma, size_t size)
+{
+	return dma->rec && !dma->rec_dropped && size &&
+	       (size_t)dma->rec_pages << PAGE_SHIFT == size;
+}
+
+/* Forget the record for good (until the next pin of the whole dma). */
+static void fm_rec_drop(struct fm_dma *dma)
+{
+	fm_rec_free(dma);
+	dma->rec_dropped = true;
+}
+
+/*
+ * Append a run just mapped in every domain. The record grows by doubling
+ * up to its bound, one entry per FM_REC_PAGES_PER_ENTRY pages of the dma;
+ * past it, or without memory, the dma has no record.
+ */
+static void fm_rec_add(struct fm_dma *dma, unsigned long pfn, unsigned long npage)
+{
+	struct fm_run *last = dma->rec_nr ? &dma->rec[dma->rec_nr - 1] : NULL;
+
+	if (dma->rec_dropped)
+		return;
+	if (last && last->pfn + last->npage == pfn) {
+		last->npage += npage;
+		dma->rec_pages += npage;
+		return;
+	}
+	if (dma->rec_nr == dma->rec_max) {
+		unsigned long bound = max_t(unsigned long, FM_REC_MIN_ENTRIES,
+			(dma->size >> PAGE_SHIFT) / FM_REC_PAGES_PER_ENTRY);
+		unsigned long want = dma->rec_max ? 2UL * dma->rec_max : FM_REC_MIN_ENTRIES;
+		struct fm_run *rec;
+
+		want = min(want, bound);
+		if (want <= dma->rec_max || want > UINT_MAX) {
+			fm_rec_drop(dma);
+			return;
+		}
+		rec = krealloc_array(dma->rec, want, sizeof(*rec),
+				     GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
+		if (!rec) {
+			fm_rec_drop(dma);
+			return;
+		}
+		dma->rec = rec;
+		dma->rec_max = want;
+	}
+	dma->rec[dma->rec_nr++] = (struct fm_run){ .pfn = pfn, .npage = npage };
+	dma->rec_pages += npage;
 }
 
 /*
@@ -348,6 +474,7 @@ static int fm_run_map(struct fm_pinner *p)
 	if (ret)
 		return ret;
 
+	fm_rec_add(p->dma, p->run_pfn, p->run_npage);
 	p->run_iova += len;
 	p->run_npage = 0;
 	p->runs++;
@@ -361,28 +488,35 @@ static int fm_run_map(struct fm_pinner *p)
  */
 static int fm_batch_map(struct fm_pinner *p)
 {
+	bool single = READ_ONCE(fm_disable_hugepages);
 	struct fm_batch *b = &p->batch;
-	unsigned long i;
+	unsigned long r;
 	int ret;
 
-	for (i = 0; i < b->size; i++) {
-		unsigned long pfn = fm_batch_pfn(b, i);
+	for (r = 0; r < b->nr_runs; r++) {
+		unsigned long pfn = b->runs[r].pfn, npage = b->runs[r].npage, off = 0;
 
-		if (p->run_npage && pfn == p->run_pfn + p->run_npage &&
-		    !READ_ONCE(fm_disable_hugepages)) {
-			p->run_npage++;
-			continue;
-		}
-		if (p->run_npage) {
-			ret = fm_run_map(p);
-			if (ret) {
-				fm_batch_release(p, i, true);
-				return ret;
+		while (off < npage) {
+			unsigned long take = single ? 1 : npage - off;
+
+			if (p->run_npage && !single && pfn + off == p->run_pfn + p->run_npage) {
+				p->run_npage += take;
+				off += take;
+				continue;
 			}
+			if (p->run_npage) {
+				ret = fm_run_map(p);
+				if (ret) {
+					fm_batch_release(p, r, off, true);
+					return ret;
+				}
+			}
+			p->run_pfn = pfn + off;
+			p->run_npage = take;
+			off += take;
 		}
-		p->run_pfn = pfn;
-		p->run_npage = 1;
 	}
+	b->nr_runs = 0;
 	b->size = 0;
 	return 0;
 }
@@ -400,6 +534,9 @@ static int fm_pin_map_dma(struct fm_pinner *p)
 
 	p->run_iova = dma->iova;
 	p->run_npage = 0;
+	/* Nothing of the dma is pinned: a new record starts. */
+	WARN_ON_ONCE(dma->rec);
+	fm_rec_free(dma);
 	fm_batch_init(&p->batch);
 
 	while (left) {
@@ -422,7 +559,7 @@ static int fm_pin_map_dma(struct fm_pinner *p)
 		p->iommu->stats.batch_pages += n;
 		ret = fm_batch_charge(p);
 		if (ret) {
-			fm_batch_release(p, 0, false);
+			fm_batch_release(p, 0, 0, false);
 			break;
 		}
 		ret = fm_batch_map(p);
@@ -447,13 +584,14 @@ int fm_pin_one(struct fm_dma *dma, unsigned long vaddr, unsigned long *pfn)
 	struct fm_batch b = { .capacity = 1 };
 	long ret;
 
-	b.pages = &b.fallback;
+	b.pages = &b.fallback_page;
+	b.runs = &b.fallback_run;
 	ret = fm_batch_fill(&b, dma->mm, vaddr, 1, dma->prot);
 	if (ret < 0)
 		return ret;
 	if (b.pfnmap)
 		dma->has_pfnmap = true;
-	*pfn = fm_batch_pfn(&b, 0);
+	*pfn = b.runs[0].pfn;
 	return 0;
 }
 
@@ -631,6 +769,25 @@ static int fm_replay_copy(struct fm_domain *src, struct fm_domain *dst,
 	int prot = dma->prot | IOMMU_CACHE;
 	size_t off = 0;
 	phys_addr_t phys;
+
+	/* With a record: one iommu_map() per run, no page-table walk. */
+	if (fm_rec_covers(dma, dma->size)) {
+		unsigned int i;
+
+		for (i = 0; i < dma->rec_nr; i++) {
+			size_t len = dma->rec[i].npage << PAGE_SHIFT;
+			int ret = fm_compat_iommu_map(dst->domain, dma->iova + off,
+						      PFN_PHYS(dma->rec[i].pfn), len, prot,
+						      GFP_KERNEL_ACCOUNT);
+
+			if (ret)
+				return ret;
+			off += len;
+			*done = off;
+			cond_resched();
+		}
+		return 0;
+	}
 
 	phys = iommu_iova_to_phys(src->domain, dma->iova);
 	while (off < dma->size) {

@@ -25,6 +25,7 @@
  */
 #include <linux/ktime.h>
 #include <linux/sched.h>
+#include <linux/sizes.h>
 #include <linux/slab.h>
 
 #include "foliomap.h"
@@ -75,29 +76,53 @@ static long fm_release_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pf
 		return npage;
 	}
 
-	/* Reserved and PFNMAP pfns were not charged. */
-	for (i = 0; i < npage; i++) {
+	/*
+	 * Reserved and PFNMAP pfns were not charged. Pfns without a struct
+	 * page (MMIO: only a VM_PFNMAP lookup gives them, and pins nothing)
+	 * are skipped a validity block at a time.
+	 */
+	i = 0;
+	while (i < npage) {
+		unsigned long n = fm_invalid_pfns(pfn + i, npage - i);
 		struct page *page;
 
-		/* MMIO: only a VM_PFNMAP lookup gives it, and pins nothing. */
-		if (!pfn_valid(pfn + i))
+		if (n) {
+			i += n;
 			continue;
+		}
 		page = pfn_to_page(pfn + i);
+		/*
+		 * Without any PFNMAP pfn in the mapping every page came from
+		 * GUP and holds one pin per page, reserved or not: release a
+		 * folio's pages at once. The reserved test answers for the
+		 * folio, as it did when the folio was charged; a reserved
+		 * folio is not dirtied and was not charged.
+		 */
+		if (!dma->has_pfnmap) {
+			n = fm_folio_segment(pfn + i, npage - i);
+			if (PageReserved(page)) {
+				unpin_user_page_range_dirty_lock(page, n, false);
+			} else {
+				unpin_user_page_range_dirty_lock(page, n, dirty);
+				unpinned += n;
+				external += fm_vpfn_count(dma, iova + (i << PAGE_SHIFT), n);
+			}
+			i += n;
+			continue;
+		}
 		/*
 		 * GUP pins a reserved page like any other (the zero page
 		 * aside, whose unpin is a no-op), a VM_PFNMAP lookup does
-		 * not, and the two cannot be told apart here. Without any
-		 * PFNMAP pfn in the mapping, the page came from GUP.
+		 * not, and the two cannot be told apart here: with PFNMAP
+		 * pfns in the mapping a reserved page is left alone.
 		 */
-		if (PageReserved(page)) {
-			if (!dma->has_pfnmap)
-				unpin_user_page(page);
-			continue;
+		if (!PageReserved(page)) {
+			unpin_user_pages_dirty_lock(&page, 1, dirty);
+			unpinned++;
+			if (fm_vpfn_find(dma, iova + (i << PAGE_SHIFT)))
+				external++;
 		}
-		unpin_user_pages_dirty_lock(&page, 1, dirty);
-		unpinned++;
-		if (fm_vpfn_find(dma, iova + (i << PAGE_SHIFT)))
-			external++;
+		i++;
 	}
 	*uncharge += unpinned - external;
 	return unpinned;
@@ -184,6 +209,61 @@ static void fm_unmapper_add(struct fm_unmapper *u, dma_addr_t iova, phys_addr_t 
 	};
 }
 
+/* Record runs released per IOTLB flush, and pages at most. */
+#define FM_REC_FLUSH_RUNS	512
+#define FM_REC_FLUSH_PAGES	(SZ_256M >> PAGE_SHIFT)
+
+/*
+ * Unmap and release @dma by its run record, which covers exactly the
+ * range: per stretch of up to FM_REC_FLUSH_RUNS runs, one
+ * iommu_unmap_fast() of the stretch's IOVA range (run edges are edges of
+ * iommu_map() calls, so of leaves), one flush, then the runs' release.
+ * Only runs wholly inside what the IOMMU reports as removed are released.
+ */
+static unsigned long fm_unmap_unpin_rec(struct fm_dma *dma, struct iommu_domain *domain,
+					bool do_accounting)
+{
+	struct iommu_iotlb_gather gather;
+	dma_addr_t iova = dma->iova;
+	long uncharge = 0;
+	unsigned int i = 0;
+
+	while (i < dma->rec_nr) {
+		unsigned int first = i;
+		unsigned long npage = 0;
+		size_t len, done;
+
+		while (i < dma->rec_nr && i - first < FM_REC_FLUSH_RUNS &&
+		       (npage < FM_REC_FLUSH_PAGES || i == first))
+			npage += dma->rec[i++].npage;
+		len = npage << PAGE_SHIFT;
+
+		iommu_iotlb_gather_init(&gather);
+		done = iommu_unmap_fast(domain, iova, len, &gather);
+		iommu_iotlb_sync(domain, &gather);
+		if (done != len)
+			pr_warn_once("foliomap: IOMMU kept part of an unmapped range, leaking its pins\n");
+
+		for (; first < i; first++) {
+			size_t rlen = dma->rec[first].npage << PAGE_SHIFT;
+
+			/* A page is never released while a device can reach it. */
+			if (rlen <= done) {
+				fm_release_run(dma, iova, dma->rec[first].pfn,
+					       dma->rec[first].npage, &uncharge);
+				done -= rlen;
+			} else {
+				done = 0;
+			}
+			iova += rlen;
+		}
+		cond_resched();
+	}
+	if (do_accounting)
+		fm_lock_acct(dma, -uncharge, true);
+	return dma->rec_nr;
+}
+
 unsigned long fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *domain,
 				    size_t size, bool do_accounting)
 {
@@ -191,6 +271,15 @@ unsigned long fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *dom
 	struct fm_unmapper u = { .dma = dma, .domain = domain };
 	dma_addr_t iova = dma->iova;
 	size_t left = size;
+
+	if (fm_rec_covers(dma, size)) {
+		unsigned long runs = fm_unmap_unpin_rec(dma, domain, do_accounting);
+
+		fm_rec_free(dma);
+		return runs;
+	}
+	/* The pins the record described are being released. */
+	fm_rec_free(dma);
 
 	/*
 	 * At most one allocation per call, none per run: small mappings and
@@ -285,6 +374,7 @@ void fm_dma_remove(struct fm_iommu *iommu, struct fm_dma *dma)
 	put_task_struct(dma->task);
 	mmdrop(dma->mm);
 	fm_dirty_bitmap_free(dma);
+	fm_rec_free(dma);
 	if (dma->vaddr_invalid)
 		iommu->vaddr_invalid_count--;
 	kfree(dma);
