@@ -54,6 +54,8 @@ bench_guest() {
 	shift 2
 	mem=$(awk -v g="$max" 'BEGIN { m = g * 3 + 3; printf "%d", (m == int(m)) ? m : int(m) + 1 }')
 	[ "$deterministic" = 1 ] && det=(--deterministic)
+	# Mode bar maps device memory: an ivshmem-plain BAR of BAR_SIZE (256M).
+	[[ " ${modes:-} " != *" bar "* ]] || det+=(--ivshmem "${BAR_SIZE:-256M}")
 	echo "$PROG: guest $krel, ${mem}G, backends $backends, loops $loops${det:+, deterministic}" >&2
 	"$REPO/vm/run" --kernel "$kernel" --backend stock --mem "${mem}G" --share "$REPO" \
 		"${det[@]}" -- "$REPO/bench/guest-bench" --loops "$loops" \

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -36,7 +37,9 @@
 #define SZ_2M		(2ULL << 20)
 #define SZ_1G		(1ULL << 30)
 #define MAX_BACKENDS	2
-#define MAX_MODES	VU_MEM_NKINDS
+/* "bar": a PCI BAR (VM_PFNMAP device memory) instead of a kind of RAM. */
+#define MODE_BAR	((enum vu_mem_kind)VU_MEM_NKINDS)
+#define MAX_MODES	(VU_MEM_NKINDS + 1)
 #define CAP_IPC_LOCK_BIT 14
 
 struct opts {
@@ -54,6 +57,8 @@ struct opts {
 	const char *switch_cmd;
 	const char *label;
 	bool json;
+	const char *bar_bdf;	/* bar mode: the device (default $VFIO_IVSHMEM_BDF) */
+	int bar_index;		/* bar mode: the BAR (default 2, ivshmem's memory) */
 };
 
 /* The results of one backend on one mode. */
@@ -77,6 +82,7 @@ static void usage(FILE *f)
 "usage: dma-bench [--group N | --device BDF] [--gib G] [--loops L] [--warmup W]\n"
 "                 [--iova ADDR] [--type1 v1|v2] [--modes thp,populate,hugetlb2m,hugetlb1g,memfd]\n"
 "                 [--backends stock,foliomap --switch-cmd SCRIPT] [--json] [--label NAME]\n"
+"                 [--bar-device BDF] [--bar-index N]\n"
 "\n"
 "  --group N        VFIO group to attach (default: first of $VFIO_GROUPS)\n"
 "  --device BDF     PCI device whose IOMMU group to use, e.g. 0000:00:03.0\n"
@@ -92,7 +98,16 @@ static void usage(FILE *f)
 "  --switch-cmd S   run \"sh S BACKEND\" to make BACKEND the active one\n"
 "  --json           one JSON object per mode and backend on stdout, one a line;\n"
 "                   the seed-format text then goes to stderr\n"
-"  --label NAME     add \"label\": NAME to the JSON objects\n");
+"  --label NAME     add \"label\": NAME to the JSON objects\n"
+"  mode bar         map a whole PCI BAR (device memory, VM_PFNMAP) of --bar-device\n"
+"                   (default $VFIO_IVSHMEM_BDF, vm/run --ivshmem) through a container\n"
+"                   holding that device's own group; --gib does not apply\n"
+"  --bar-index N    the BAR for mode bar (default 2: ivshmem's shared memory)\n");
+}
+
+static const char *mode_name(enum vu_mem_kind kind)
+{
+	return kind == MODE_BAR ? "bar" : vu_mem_name(kind);
 }
 
 static const char *mode_header(enum vu_mem_kind kind)
@@ -103,6 +118,7 @@ static const char *mode_header(enum vu_mem_kind kind)
 	case VU_MEM_HUGETLB2M:	return "HUGETLBFS";
 	case VU_MEM_HUGETLB1G:	return "HUGETLBFS 1G";
 	case VU_MEM_MEMFD:	return "MEMFD";
+	case MODE_BAR:		return "PCI BAR";
 	default:		return "?";
 	}
 }
@@ -378,7 +394,7 @@ static int one_loop(const struct opts *o, enum vu_mem_kind kind, void *buf,
 	t1 = vu_now();
 	if (err) {
 		fprintf(stderr, "dma-bench: ERROR: %s %s loop %d: MAP_DMA failed: %s\n",
-			s->backend, vu_mem_name(kind), loop + 1, strerror(-err));
+			s->backend, mode_name(kind), loop + 1, strerror(-err));
 		if (err == -ENOMEM)
 			fprintf(stderr, "  over RLIMIT_MEMLOCK? run as root or ulimit -l unlimited\n");
 		s->failures++;
@@ -389,7 +405,7 @@ static int one_loop(const struct opts *o, enum vu_mem_kind kind, void *buf,
 	t2 = vu_now();
 	if (err || unmapped != size) {
 		fprintf(stderr, "dma-bench: ERROR: %s %s loop %d: UNMAP_DMA %s, %" PRIu64
-			" of %" PRIu64 " bytes unmapped\n", s->backend, vu_mem_name(kind),
+			" of %" PRIu64 " bytes unmapped\n", s->backend, mode_name(kind),
 			loop + 1, err ? strerror(-err) : "short", unmapped, size);
 		s->failures++;
 	}
@@ -402,7 +418,7 @@ static int one_loop(const struct opts *o, enum vu_mem_kind kind, void *buf,
 	if (pins || lck) {
 		fprintf(stderr, "dma-bench: ERROR: %s %s loop %d: after UNMAP_DMA %lld pages "
 			"still pinned, %lld pages still locked (VmLck)\n", s->backend,
-			vu_mem_name(kind), loop + 1, pins, lck);
+			mode_name(kind), loop + 1, pins, lck);
 		s->pin_leak += pins;
 		s->lck_leak += lck;
 	}
@@ -424,7 +440,7 @@ static void print_summary(const struct opts *o, enum vu_mem_kind kind, const str
 		return;
 	stats(s->map_s, s->n, &mn, &md, &mx, &av);
 	stats(s->unmap_s, s->n, &umn, &umd, &umx, &uav);
-	fprintf(human, "# %s, %s, %g GiB, %d loops\n", s->backend, vu_mem_name(kind),
+	fprintf(human, "# %s, %s, %g GiB, %d loops\n", s->backend, mode_name(kind),
 		o->gib, s->n);
 	fprintf(human, "------- AVERAGE (%s) --------\n", mode_header(kind));
 	fprintf(human, "VFIO MAP DMA in %.3f s (%.1f GB/s)\n", av, o->gib / av);
@@ -450,7 +466,7 @@ static void print_json(const struct opts *o, enum vu_mem_kind kind, const struct
 	if (o->label)
 		printf("\"label\": \"%s\", ", o->label);
 	printf("\"mode\": \"%s\", \"gib\": %g, \"loops\": %d, \"map_s\": ",
-	       vu_mem_name(kind), o->gib, s->n);
+	       mode_name(kind), o->gib, s->n);
 	print_array(s->map_s, s->n);
 	printf(", \"unmap_s\": ");
 	print_array(s->unmap_s, s->n);
@@ -471,7 +487,7 @@ static int check_free_memory(enum vu_mem_kind kind, uint64_t size)
 	if ((uint64_t)avail * 1024 < size + (64ULL << 20)) {
 		fprintf(stderr, "dma-bench: not enough memory for %s: %" PRIu64 " MiB wanted, "
 			"%lld MiB available; give the guest more (vm/run --mem) or use --gib\n",
-			vu_mem_name(kind), size >> 20, avail >> 10);
+			mode_name(kind), size >> 20, avail >> 10);
 		return -ENOMEM;
 	}
 	return 0;
@@ -535,10 +551,10 @@ static int run_mode(const struct opts *o, enum vu_mem_kind kind, uint64_t size, 
 			return -ENOMEM;
 		}
 		fprintf(stderr, "dma-bench: cannot allocate %" PRIu64 " MiB of %s: %s\n",
-			size >> 20, vu_mem_name(kind), strerror(err));
+			size >> 20, mode_name(kind), strerror(err));
 		return -ENOMEM;
 	}
-	fprintf(human, "# %s: %" PRIu64 " MiB faulted in %.2f s", vu_mem_name(kind),
+	fprintf(human, "# %s: %" PRIu64 " MiB faulted in %.2f s", mode_name(kind),
 		size >> 20, vu_now() - t);
 	if (kind == VU_MEM_THP) {
 		long long thp = read_meminfo_kb("/proc/self/smaps_rollup", "AnonHugePages");
@@ -599,15 +615,229 @@ out:
 	return ret;
 }
 
+/*
+ * Mode bar: device memory. Each loop attaches the device's group to a
+ * fresh container, opens the device, mmaps the BAR at an address aligned
+ * like the BAR (so vfio-pci can use PMD/PUD entries), faults every page
+ * in (untimed), then times MAP_DMA and UNMAP_DMA of the whole BAR. Nothing
+ * may be pinned or charged at any time.
+ */
+struct bar_loop {
+	int container, gfd, dev;
+	void *map;
+	uint64_t size;
+};
+
+static int bar_open(const struct opts *o, int group, struct bar_loop *l)
+{
+	struct vfio_region_info r = { .argsz = sizeof(r), .index = o->bar_index };
+	struct vfio_region_info cfg = { .argsz = sizeof(cfg),
+					.index = VFIO_PCI_CONFIG_REGION_INDEX };
+	uint64_t align;
+	uint16_t cmd;
+	char *resv, *p;
+	size_t i;
+
+	l->container = vu_container_setup(&group, 1, o->type, &l->gfd);
+	if (l->container < 0) {
+		explain_group_error(group, l->container);
+		return l->container;
+	}
+	l->dev = ioctl(l->gfd, VFIO_GROUP_GET_DEVICE_FD, o->bar_bdf);
+	if (l->dev < 0) {
+		fprintf(stderr, "dma-bench: VFIO_GROUP_GET_DEVICE_FD %s: %s\n", o->bar_bdf,
+			strerror(errno));
+		goto fail;
+	}
+	if (ioctl(l->dev, VFIO_DEVICE_GET_REGION_INFO, &r) < 0 ||
+	    !(r.flags & VFIO_REGION_INFO_FLAG_MMAP) || !r.size) {
+		fprintf(stderr, "dma-bench: %s BAR%d is not an mmappable region\n",
+			o->bar_bdf, o->bar_index);
+		goto fail_dev;
+	}
+	/* Memory decoding on, or every access faults. */
+	if (ioctl(l->dev, VFIO_DEVICE_GET_REGION_INFO, &cfg) < 0 ||
+	    pread(l->dev, &cmd, 2, cfg.offset + 4) != 2)
+		goto fail_dev;
+	cmd |= 2;
+	if (pwrite(l->dev, &cmd, 2, cfg.offset + 4) != 2)
+		goto fail_dev;
+
+	l->size = r.size;
+	align = r.size < SZ_1G ? r.size : SZ_1G;
+	resv = mmap(NULL, r.size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (resv == MAP_FAILED)
+		goto fail_dev;
+	p = (char *)(((uintptr_t)resv + align - 1) & ~(uintptr_t)(align - 1));
+	l->map = mmap(p, r.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, l->dev,
+		      r.offset);
+	if (l->map == MAP_FAILED) {
+		fprintf(stderr, "dma-bench: mmap %s BAR%d: %s\n", o->bar_bdf, o->bar_index,
+			strerror(errno));
+		munmap(resv, r.size + align);
+		goto fail_dev;
+	}
+	if (p > resv)
+		munmap(resv, p - resv);
+	if ((uint64_t)(p - resv) < align)
+		munmap(p + r.size, align - (p - resv));
+	for (i = 0; i < r.size; i += 4096)
+		(void)*(volatile char *)(p + i);
+	return 0;
+
+fail_dev:
+	close(l->dev);
+fail:
+	close_container(l->container, l->gfd);
+	return -EIO;
+}
+
+static void bar_close(struct bar_loop *l)
+{
+	munmap(l->map, l->size);
+	close(l->dev);
+	close_container(l->container, l->gfd);
+}
+
+static int bar_one_loop(const struct opts *o, int group, struct series *s, int loop)
+{
+	struct vu_counters before, after;
+	struct bar_loop l;
+	uint64_t unmapped = 0;
+	long long pins, lck;
+	double t0, t1, t2;
+	int err;
+
+	err = bar_open(o, group, &l);
+	if (err)
+		return err;
+	if (loop == 0 && s->n == 0 && check_iova(l.container, o->iova, l.size)) {
+		bar_close(&l);
+		return -ERANGE;
+	}
+	if (vu_counters_read(&before)) {
+		bar_close(&l);
+		return -ENOENT;
+	}
+	t0 = vu_now();
+	err = vu_map(l.container, o->iova, l.map, l.size,
+		     VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE);
+	t1 = vu_now();
+	if (err) {
+		fprintf(stderr, "dma-bench: ERROR: %s bar loop %d: MAP_DMA failed: %s\n",
+			s->backend, loop + 1, strerror(-err));
+		s->failures++;
+		bar_close(&l);
+		return err;
+	}
+	err = vu_unmap(l.container, o->iova, l.size, 0, &unmapped);
+	t2 = vu_now();
+	if (err || unmapped != l.size) {
+		fprintf(stderr, "dma-bench: ERROR: %s bar loop %d: UNMAP_DMA %s\n", s->backend,
+			loop + 1, err ? strerror(-err) : "short");
+		s->failures++;
+	}
+	bar_close(&l);
+	if (vu_counters_read(&after))
+		return -ENOENT;
+	pins = vu_pins_outstanding(&before, &after);
+	lck = (after.vmlck_kb - before.vmlck_kb) / page_kb;
+	if (pins || lck) {
+		fprintf(stderr, "dma-bench: ERROR: %s bar loop %d: %lld pages pinned, %lld "
+			"locked (VmLck) after UNMAP_DMA\n", s->backend, loop + 1, pins, lck);
+		s->pin_leak += pins;
+		s->lck_leak += lck;
+	}
+	if (s->warmup) {
+		s->warmup--;
+		return err;
+	}
+	s->map_s[s->n] = t1 - t0;
+	s->unmap_s[s->n] = t2 - t1;
+	s->n++;
+	return err;
+}
+
+static int run_bar_mode(const struct opts *o, int *bad)
+{
+	struct series s[MAX_BACKENDS] = { 0 };
+	struct opts bo = *o;
+	int b, loop, group, ret = 0;
+	struct bar_loop probe;
+
+	if (!bo.bar_bdf)
+		bo.bar_bdf = getenv("VFIO_IVSHMEM_BDF");
+	if (!bo.bar_bdf || !*bo.bar_bdf) {
+		fprintf(human, "# bar skipped: no device: --bar-device BDF, or vm/run --ivshmem "
+			"(sets VFIO_IVSHMEM_BDF)\n");
+		return 1;
+	}
+	group = vu_group_of_bdf(bo.bar_bdf);
+	if (group < 0) {
+		fprintf(stderr, "dma-bench: no IOMMU group for %s\n", bo.bar_bdf);
+		return -ENODEV;
+	}
+	if (bar_open(&bo, group, &probe))
+		return -EIO;
+	bo.gib = (double)probe.size / SZ_1G;
+	fprintf(human, "# bar: %s BAR%d, %" PRIu64 " MiB, group %d\n", bo.bar_bdf,
+		bo.bar_index, probe.size >> 20, group);
+	bar_close(&probe);
+
+	for (b = 0; b < o->nbackends; b++) {
+		s[b].backend = o->backends[b];
+		s[b].warmup = o->warmup;
+		s[b].map_s = calloc(o->loops, sizeof(double));
+		s[b].unmap_s = calloc(o->loops, sizeof(double));
+		if (!s[b].map_s || !s[b].unmap_s) {
+			ret = -ENOMEM;
+			goto out;
+		}
+	}
+	for (loop = 0; loop < o->warmup + o->loops; loop++) {
+		for (b = 0; b < o->nbackends; b++) {
+			int err;
+
+			if (o->nbackends > 1 || o->switch_cmd) {
+				err = switch_backend(o, o->backends[b]);
+				if (err) {
+					ret = err;
+					goto out;
+				}
+			}
+			err = bar_one_loop(&bo, group, &s[b], loop);
+			if (err && !s[b].failures) {
+				ret = err;
+				goto out;
+			}
+		}
+	}
+out:
+	for (b = 0; b < o->nbackends; b++) {
+		print_summary(&bo, MODE_BAR, &s[b]);
+		if (o->json && s[b].n)
+			print_json(&bo, MODE_BAR, &s[b]);
+		if (s[b].pin_leak || s[b].lck_leak || s[b].failures)
+			*bad = 1;
+		free(s[b].map_s);
+		free(s[b].unmap_s);
+	}
+	return ret;
+}
+
 static int parse_modes(struct opts *o, const char *arg)
 {
 	char *dup = strdup(arg), *tok, *save = NULL;
 
 	o->nmodes = 0;
 	for (tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (!strcmp(tok, "bar") && o->nmodes < MAX_MODES) {
+			o->modes[o->nmodes++] = MODE_BAR;
+			continue;
+		}
 		if (o->nmodes == MAX_MODES || vu_mem_parse(tok, &o->modes[o->nmodes])) {
 			fprintf(stderr, "dma-bench: unknown mode '%s' (thp, populate, hugetlb2m, "
-				"hugetlb1g, memfd)\n", tok);
+				"hugetlb1g, memfd, bar)\n", tok);
 			free(dup);
 			return -EINVAL;
 		}
@@ -678,19 +908,21 @@ int main(int argc, char **argv)
 		{ "switch-cmd",	required_argument, NULL, 'w' },
 		{ "json",	no_argument,	   NULL, 'j' },
 		{ "label",	required_argument, NULL, 'L' },
+		{ "bar-device",	required_argument, NULL, 'B' },
+		{ "bar-index",	required_argument, NULL, 'I' },
 		{ "help",	no_argument,	   NULL, 'h' },
 		{ 0 }
 	};
 	struct opts o = {
 		.group = -1, .gib = 1, .loops = 5, .warmup = 1, .iova = 4ULL << 30,
-		.type = VFIO_TYPE1v2_IOMMU,
+		.type = VFIO_TYPE1v2_IOMMU, .bar_index = 2,
 	};
 	int c, i, bad = 0, ret = 0;
 	uint64_t size;
 	char *end;
 
 	parse_modes(&o, "thp,populate,hugetlb2m");
-	while ((c = getopt_long(argc, argv, "g:d:s:l:W:i:t:m:b:w:jL:h", lopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "g:d:s:l:W:i:t:m:b:w:jL:B:I:h", lopts, NULL)) != -1) {
 		switch (c) {
 		case 'g':
 			o.group = strtol(optarg, &end, 10);
@@ -745,6 +977,14 @@ int main(int argc, char **argv)
 		case 'L':
 			o.label = optarg;
 			break;
+		case 'B':
+			o.bar_bdf = optarg;
+			break;
+		case 'I':
+			o.bar_index = strtol(optarg, &end, 10);
+			if (*end || o.bar_index < 0 || o.bar_index > 5)
+				goto bad_arg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -793,7 +1033,10 @@ int main(int argc, char **argv)
 	fprintf(human, "\n");
 
 	for (i = 0; i < o.nmodes; i++) {
-		ret = run_mode(&o, o.modes[i], size, &bad);
+		if (o.modes[i] == MODE_BAR)
+			ret = run_bar_mode(&o, &bad);
+		else
+			ret = run_mode(&o, o.modes[i], size, &bad);
 		if (ret < 0)
 			break;
 	}
