@@ -57,6 +57,26 @@ struct fm_unmapper {
 };
 
 /*
+ * unpin_user_page_range_dirty_lock() takes an unsigned long count, but
+ * gup_folio_range_next() (6.1 and 6.12) clamps each large folio's share to
+ * an unsigned int of what is left: with 2^32 pages or more left at a large
+ * folio (16 TiB of physically contiguous 1G pages is one run) that share
+ * becomes 0 and the loop never ends. Release such runs in pieces.
+ */
+#define FM_UNPIN_RANGE_MAX	BIT(30)	/* pages */
+
+static void fm_unpin_range_dirty(struct page *page, unsigned long npage, bool dirty)
+{
+	while (npage) {
+		unsigned long n = min(npage, FM_UNPIN_RANGE_MAX);
+
+		unpin_user_page_range_dirty_lock(page, n, dirty);
+		page = nth_page(page, n);
+		npage -= n;
+	}
+}
+
+/*
  * Unpin one physically contiguous run. Adds to @uncharge the pages whose
  * charge is released: those unpinned, less the externally pinned ones,
  * which stay charged for as long as their external pin lives. Returns the
@@ -71,7 +91,7 @@ static long fm_release_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pf
 
 	/* The common case: one call, one refcount drop per folio. */
 	if (!dma->has_rsvd) {
-		unpin_user_page_range_dirty_lock(pfn_to_page(pfn), npage, dirty);
+		fm_unpin_range_dirty(pfn_to_page(pfn), npage, dirty);
 		*uncharge += npage - fm_vpfn_count(dma, iova, npage);
 		return npage;
 	}
