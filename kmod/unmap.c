@@ -359,6 +359,26 @@ unsigned long fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *dom
 }
 
 /*
+ * Empty [iova, iova + size) of a domain other than the first, flushed when
+ * this returns. iommu_unmap() stops at the first IOVA that is not mapped
+ * (AMD, ARM); a hole must not leave the rest of the range reachable while
+ * the first domain's walk releases its pages, so step over it and go on.
+ * Without holes (every domain holds what the first does) this is one call.
+ */
+static void fm_unmap_other(struct iommu_domain *domain, dma_addr_t iova, size_t size)
+{
+	size_t pgsize = (size_t)1 << __ffs(domain->pgsize_bitmap);
+
+	while (size) {
+		size_t done = iommu_unmap(domain, iova, size);
+
+		done = min(done ? done : pgsize, size);
+		iova += done;
+		size -= done;
+	}
+}
+
+/*
  * Take @dma out of every domain and release its pins. Without
  * @do_accounting the caller settles locked memory itself.
  */
@@ -375,7 +395,7 @@ static void fm_unmap_unpin(struct fm_iommu *iommu, struct fm_dma *dma, bool do_a
 	first = list_first_entry(&iommu->domain_list, struct fm_domain, next);
 	d = first;
 	list_for_each_entry_continue(d, &iommu->domain_list, next) {
-		iommu_unmap(d->domain, dma->iova, dma->size);
+		fm_unmap_other(d->domain, dma->iova, dma->size);
 		cond_resched();
 	}
 	runs = fm_unmap_unpin_domain(dma, first->domain, dma->size, do_accounting);
