@@ -188,20 +188,11 @@ int fm_dirty_report_range(struct fm_iommu *iommu, dma_addr_t iova, size_t size,
 int fm_dirty_get_bitmap(struct fm_iommu *iommu, dma_addr_t iova, size_t size,
 			size_t pgsize, u64 __user *bitmap)
 {
-	dma_addr_t last = iova + size - 1;
-	struct fm_dma *dma;
 	int ret = -EINVAL;
 
 	mutex_lock(&iommu->lock);
-	if (!iommu->dirty_page_tracking)
-		goto out;
-
 	/* Like a v2 unmap, the range may span mappings but not split one. */
-	dma = fm_dma_find(iommu, iova, 1);
-	if (dma && dma->iova != iova)
-		goto out;
-	dma = fm_dma_find(iommu, last, 1);
-	if (dma && dma->iova + dma->size - 1 != last)
+	if (!iommu->dirty_page_tracking || fm_dma_range_splits(iommu, iova, iova + size - 1))
 		goto out;
 
 	ret = fm_dirty_report_range(iommu, iova, size, pgsize, bitmap);

@@ -36,6 +36,20 @@ struct fm_dma *fm_dma_find(struct fm_iommu *iommu, dma_addr_t start, size_t size
 }
 
 /*
+ * Whether [iova, last] starts or ends inside a mapping, i.e. would split it:
+ * v2 unmaps and dirty-bitmap queries may span mappings but never split one.
+ */
+bool fm_dma_range_splits(struct fm_iommu *iommu, dma_addr_t iova, dma_addr_t last)
+{
+	struct fm_dma *dma = fm_dma_find(iommu, iova, 1);
+
+	if (dma && dma->iova != iova)
+		return true;
+	dma = fm_dma_find(iommu, last, 1);
+	return dma && fm_dma_last(dma) != last;
+}
+
+/*
  * The lowest mapping that overlaps [start, start + size), or NULL. A size of
  * 0 means "up to the end of the IOVA space".
  */

@@ -548,14 +548,8 @@ again:
 		goto out;
 
 	/* v2 never splits a mapping: the range must start and end on edges. */
-	if (iommu->v2 && !all) {
-		dma = fm_dma_find(iommu, iova, 1);
-		if (dma && dma->iova != iova)
-			goto out;
-		dma = fm_dma_find(iommu, last, 1);
-		if (dma && dma->iova + dma->size - 1 != last)
-			goto out;
-	}
+	if (iommu->v2 && !all && fm_dma_range_splits(iommu, iova, last))
+		goto out;
 
 	ret = 0;
 	first = fm_unmap_first(iommu, iova, size, all);
