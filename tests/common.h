@@ -251,33 +251,17 @@ static inline void th_param_path(char *path, size_t len, const char *param)
 static inline long long th_param_read(const char *param)
 {
 	char path[128];
-	long long v = -1;
-	FILE *f;
 
 	th_param_path(path, sizeof(path), param);
-	f = fopen(path, "r");
-	if (!f)
-		return -errno;
-	if (fscanf(f, "%lld", &v) != 1)
-		v = -EINVAL;
-	fclose(f);
-	return v;
+	return vu_read_number(path);
 }
 
 static inline int th_param_write(const char *param, long long v)
 {
 	char path[128];
-	FILE *f;
-	int ret;
 
 	th_param_path(path, sizeof(path), param);
-	f = fopen(path, "w");
-	if (!f)
-		return -errno;
-	ret = fprintf(f, "%lld\n", v) < 0 ? -EIO : 0;
-	if (fclose(f) && !ret)
-		ret = -errno;
-	return ret;
+	return vu_write_number(path, v);
 }
 
 /* Drop CAP_IPC_LOCK from this (already forked) test process. */

@@ -74,6 +74,22 @@ struct series {
 	int failures;		/* failed ioctls */
 };
 
+/* One series per backend, for the warm-up and timed loops of one mode. */
+static int series_init(const struct opts *o, struct series *s)
+{
+	int b;
+
+	for (b = 0; b < o->nbackends; b++) {
+		s[b].backend = o->backends[b];
+		s[b].warmup = o->warmup;
+		s[b].map_s = calloc(o->loops, sizeof(double));
+		s[b].unmap_s = calloc(o->loops, sizeof(double));
+		if (!s[b].map_s || !s[b].unmap_s)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
 static FILE *human;	/* the seed-format text: stdout, or stderr with --json */
 static long page_kb;
 
@@ -327,6 +343,14 @@ static int switch_backend(const struct opts *o, const char *want)
 		return -EIO;
 	}
 	return 0;
+}
+
+/* Make backend @b the active one, where there is more than one to run. */
+static int use_backend(const struct opts *o, int b)
+{
+	if (o->nbackends == 1 && !o->switch_cmd)
+		return 0;
+	return switch_backend(o, o->backends[b]);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -603,27 +627,18 @@ static int run_mode(const struct opts *o, enum vu_mem_kind kind, uint64_t size, 
 	}
 	fprintf(human, "\n");
 
-	for (b = 0; b < o->nbackends; b++) {
-		s[b].backend = o->backends[b];
-		s[b].warmup = o->warmup;
-		s[b].map_s = calloc(o->loops, sizeof(double));
-		s[b].unmap_s = calloc(o->loops, sizeof(double));
-		if (!s[b].map_s || !s[b].unmap_s) {
-			ret = -ENOMEM;
-			goto out;
-		}
-	}
+	ret = series_init(o, s);
+	if (ret)
+		goto out;
 
 	for (loop = 0; loop < o->warmup + o->loops; loop++) {
 		for (b = 0; b < o->nbackends; b++) {
 			int err;
 
-			if (o->nbackends > 1 || o->switch_cmd) {
-				err = switch_backend(o, o->backends[b]);
-				if (err) {
-					ret = err;
-					goto out;
-				}
+			err = use_backend(o, b);
+			if (err) {
+				ret = err;
+				goto out;
 			}
 			err = one_loop(o, kind, buf, size, &s[b], loop);
 			/* Setup errors (no group, bad IOVA) stop; ioctl failures are counted. */
@@ -825,26 +840,17 @@ static int run_bar_mode(const struct opts *o, int *bad)
 		bo.bar_index, probe.size >> 20, group);
 	bar_close(&probe);
 
-	for (b = 0; b < o->nbackends; b++) {
-		s[b].backend = o->backends[b];
-		s[b].warmup = o->warmup;
-		s[b].map_s = calloc(o->loops, sizeof(double));
-		s[b].unmap_s = calloc(o->loops, sizeof(double));
-		if (!s[b].map_s || !s[b].unmap_s) {
-			ret = -ENOMEM;
-			goto out;
-		}
-	}
+	ret = series_init(o, s);
+	if (ret)
+		goto out;
 	for (loop = 0; loop < o->warmup + o->loops; loop++) {
 		for (b = 0; b < o->nbackends; b++) {
 			int err;
 
-			if (o->nbackends > 1 || o->switch_cmd) {
-				err = switch_backend(o, o->backends[b]);
-				if (err) {
-					ret = err;
-					goto out;
-				}
+			err = use_backend(o, b);
+			if (err) {
+				ret = err;
+				goto out;
 			}
 			err = bar_one_loop(&bo, group, &s[b], loop);
 			if (err && !s[b].failures) {
