@@ -142,25 +142,6 @@ static const char *mode_header(enum vu_mem_kind kind)
 	}
 }
 
-static long long read_meminfo_kb(const char *path, const char *key)
-{
-	size_t klen = strlen(key);
-	long long v = -1;
-	char line[256];
-	FILE *f = fopen(path, "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		if (!strncmp(line, key, klen) && line[klen] == ':') {
-			v = strtoll(line + klen + 1, NULL, 10);
-			break;
-		}
-	}
-	fclose(f);
-	return v;
-}
-
 static bool has_cap_ipc_lock(void)
 {
 	char line[256];
@@ -540,7 +521,7 @@ static void print_json(const struct opts *o, enum vu_mem_kind kind, const struct
 /* Refuse early rather than let the OOM killer end the run. */
 static int check_free_memory(enum vu_mem_kind kind, uint64_t size)
 {
-	long long avail = read_meminfo_kb("/proc/meminfo", "MemAvailable");
+	long long avail = vu_read_key("/proc/meminfo", "MemAvailable");
 
 	if (kind == VU_MEM_HUGETLB2M || kind == VU_MEM_HUGETLB1G || avail < 0)
 		return 0;
@@ -617,7 +598,7 @@ static int run_mode(const struct opts *o, enum vu_mem_kind kind, uint64_t size, 
 	fprintf(human, "# %s: %" PRIu64 " MiB faulted in %.2f s", mode_name(kind),
 		size >> 20, vu_now() - t);
 	if (kind == VU_MEM_THP) {
-		long long thp = read_meminfo_kb("/proc/self/smaps_rollup", "AnonHugePages");
+		long long thp = vu_read_key("/proc/self/smaps_rollup", "AnonHugePages");
 
 		if (thp >= 0)
 			fprintf(human, ", %lld%% THP", thp * 1024 * 100 / (long long)size);

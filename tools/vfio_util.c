@@ -201,7 +201,7 @@ int vu_mem_parse(const char *name, enum vu_mem_kind *kind)
 	return -EINVAL;
 }
 
-static long long read_key(const char *path, const char *key)
+long long vu_read_key(const char *path, const char *key)
 {
 	char line[256];
 	size_t klen = strlen(key);
@@ -350,7 +350,7 @@ void vu_mem_free(void *p, size_t size)
 		munmap(p, size);
 }
 
-int vu_counters_read(struct vu_counters *c)
+void vu_vmstat_refresh(void)
 {
 	int fd = open("/proc/sys/vm/stat_refresh", O_WRONLY | O_CLOEXEC);
 
@@ -360,9 +360,14 @@ int vu_counters_read(struct vu_counters *c)
 		(void)n;	/* best effort: without root they are merely less exact */
 		close(fd);
 	}
-	c->foll_pin_acquired = read_key("/proc/vmstat", "nr_foll_pin_acquired");
-	c->foll_pin_released = read_key("/proc/vmstat", "nr_foll_pin_released");
-	c->vmlck_kb = read_key("/proc/self/status", "VmLck");
+}
+
+int vu_counters_read(struct vu_counters *c)
+{
+	vu_vmstat_refresh();
+	c->foll_pin_acquired = vu_read_key("/proc/vmstat", "nr_foll_pin_acquired");
+	c->foll_pin_released = vu_read_key("/proc/vmstat", "nr_foll_pin_released");
+	c->vmlck_kb = vu_read_key("/proc/self/status", "VmLck");
 	if (c->foll_pin_acquired < 0 || c->foll_pin_released < 0 || c->vmlck_kb < 0)
 		return -ENOENT;
 	return 0;

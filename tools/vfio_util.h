@@ -58,14 +58,21 @@ struct vu_counters {
 	long long vmlck_kb;		/* VmLck of this process */
 };
 /*
- * Folds the per-cpu vmstat deltas first (/proc/sys/vm/stat_refresh, root
- * only), or a balanced run could look like a leak of a few dozen pages.
+ * Calls vu_vmstat_refresh() first, or a balanced run could look like a leak
+ * of a few dozen pages.
  */
 int vu_counters_read(struct vu_counters *c);
 /* Pages pinned and still not released since "before" (may be negative). */
 long long vu_pins_outstanding(const struct vu_counters *before,
 			      const struct vu_counters *after);
 
+/* The number after "key:" (or "key ") in a /proc file such as meminfo; -1 if absent. */
+long long vu_read_key(const char *path, const char *key);
+/*
+ * Fold the per-cpu vmstat deltas (/proc/sys/vm/stat_refresh, root only) so
+ * that /proc/vmstat's pin counters are exact; best effort.
+ */
+void vu_vmstat_refresh(void);
 /* A number read from or written to a sysfs/procfs file; -1 / -errno on failure. */
 long long vu_read_number(const char *path);
 int vu_write_number(const char *path, long long v);

@@ -64,6 +64,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "vfio_util.h"
+
 static const char *qmp_path, *log_path, *shim, *root, *backend = "", *backing = "";
 static double gib;
 static long ram_mib;
@@ -102,25 +104,6 @@ static void die(const char *fmt, ...)
 	exit(2);
 }
 
-static long long read_key(const char *path, const char *key)
-{
-	size_t klen = strlen(key);
-	long long v = -1;
-	char line[512];
-	FILE *f = fopen(path, "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		if (!strncmp(line, key, klen) && (line[klen] == ':' || line[klen] == ' ')) {
-			v = strtoll(line + klen + 1, NULL, 10);
-			break;
-		}
-	}
-	fclose(f);
-	return v;
-}
-
 struct counters {
 	long long pins;		/* nr_foll_pin_acquired - nr_foll_pin_released */
 	long long huge_free;	/* HugePages_Free */
@@ -129,18 +112,11 @@ struct counters {
 
 static void counters(struct counters *c)
 {
-	int fd = open("/proc/sys/vm/stat_refresh", O_WRONLY | O_CLOEXEC);
-
-	if (fd >= 0) {
-		/* EINVAL for a negative counter elsewhere: not ours. */
-		if (write(fd, "1\n", 2) < 0) {
-		}
-		close(fd);
-	}
-	c->pins = read_key("/proc/vmstat", "nr_foll_pin_acquired") -
-		  read_key("/proc/vmstat", "nr_foll_pin_released");
-	c->huge_free = read_key("/proc/meminfo", "HugePages_Free");
-	c->mlock = read_key("/proc/vmstat", "nr_mlock");
+	vu_vmstat_refresh();
+	c->pins = vu_read_key("/proc/vmstat", "nr_foll_pin_acquired") -
+		  vu_read_key("/proc/vmstat", "nr_foll_pin_released");
+	c->huge_free = vu_read_key("/proc/meminfo", "HugePages_Free");
+	c->mlock = vu_read_key("/proc/vmstat", "nr_mlock");
 }
 
 /* The shim's log. */
@@ -284,7 +260,7 @@ static long long vmlck_kb(pid_t pid)
 	char path[64];
 
 	snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	return read_key(path, "VmLck");
+	return vu_read_key(path, "VmLck");
 }
 
 static long long smaps_kb(pid_t pid, const char *key)
@@ -292,7 +268,7 @@ static long long smaps_kb(pid_t pid, const char *key)
 	char path[64];
 
 	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", pid);
-	return read_key(path, key);
+	return vu_read_key(path, key);
 }
 
 /* Poll until the pins and free hugepages are back (or 3 s passed). */
