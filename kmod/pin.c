@@ -259,8 +259,10 @@ static int fm_follow_pfn(struct vm_area_struct *vma, unsigned long addr,
  * GUP refuses VM_PFNMAP memory (device BARs): look such pfns up instead,
  * under the caller's single mmap_read_lock, one leaf entry at a time: a
  * huge (PMD/PUD) entry of a BAR gives up to 512 pages per lookup. Only
- * memory that is not an ordinary page is accepted. Returns the number of
- * pages found, 0 if @vaddr is not in a VM_PFNMAP vma, or -errno.
+ * memory that is not an ordinary page is accepted. The lock is dropped and
+ * taken again when the CPU is wanted elsewhere. Returns the number of
+ * pages found, 0 if @vaddr is not in a VM_PFNMAP vma (or on a fatal
+ * signal before any), or -errno.
  */
 static long fm_fill_pfnmap(struct fm_batch *b, struct mm_struct *mm,
 			   unsigned long vaddr, unsigned long npage, bool write)
@@ -274,6 +276,15 @@ static long fm_fill_pfnmap(struct fm_batch *b, struct mm_struct *mm,
 	while (b->size < npage) {
 		unsigned long pfn, n, ok;
 
+		/* A GiB of 4K entries is 262144 lookups: let others in between. */
+		if (fatal_signal_pending(current))
+			break;
+		if (need_resched()) {
+			mmap_read_unlock(mm);
+			cond_resched();
+			mmap_read_lock(mm);
+			vma = NULL;
+		}
 		if (!vma || addr >= vma->vm_end) {
 			if (b->nr_runs == b->capacity)
 				break;
