@@ -89,7 +89,7 @@ static void touch_2m(char *p, size_t size)
 	size_t off;
 
 	for (off = 0; off < size; off += SZ_2M)
-		((volatile char *)p)[off] = 1;
+		p[off] = 1;
 }
 
 static char pat(size_t i, int seed)
@@ -102,7 +102,7 @@ static void fill(char *p, size_t len, int seed)
 	size_t i;
 
 	for (i = 0; i < len; i++)
-		((volatile char *)p)[i] = pat(i, seed);
+		p[i] = pat(i, seed);
 }
 
 /* Index of the first byte that differs from the pattern, len if none. */
