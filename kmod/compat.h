@@ -17,6 +17,7 @@
  *   FM_HAVE_GROUP_ISOLATED_MSI    iommu_group_has_isolated_msi()
  *   FM_HAVE_UNTAGGED_ADDR_REMOTE  untagged_addr_remote(mm, addr)
  *   FM_HAVE_DRIVER_OPS_NOTIFY     struct vfio_iommu_driver_ops has notify
+ *   FM_HAVE_MEMFD_PIN_FOLIOS      memfd_pin_folios() pins a file's folios
  *
  * Stock type1 behaviour that differs (uAPI answers foliomap gives exactly
  * as the stock driver of the same kernel does):
@@ -65,6 +66,7 @@
 #define FM_HAVE_GROUP_ISOLATED_MSI
 #define FM_HAVE_UNTAGGED_ADDR_REMOTE
 #define FM_HAVE_INFO_FULL_WRITEBACK
+#define FM_HAVE_MEMFD_PIN_FOLIOS
 #endif
 
 /* Long-term pin of up to @nr pages of @mm at @start; as GUP returns. */
@@ -202,6 +204,30 @@ static inline size_t fm_compat_info_outsz(u32 argsz)
 
 	return argsz >= capsz ? capsz :
 	       offsetofend(struct vfio_iommu_type1_info, iova_pgsizes);
+#endif
+}
+
+/*
+ * Pin the folios of hugetlbfs/shmem @file that hold bytes [@start, @end]
+ * (filepin.c). 6.1 has no way to pin by folio: GUP pins every 4K page.
+ */
+static inline bool fm_compat_have_memfd_pin_folios(void)
+{
+#ifdef FM_HAVE_MEMFD_PIN_FOLIOS
+	return true;
+#else
+	return false;
+#endif
+}
+
+static inline long fm_compat_memfd_pin_folios(struct file *file, loff_t start,
+					      loff_t end, struct folio **folios,
+					      unsigned int max_folios, pgoff_t *offset)
+{
+#ifdef FM_HAVE_MEMFD_PIN_FOLIOS
+	return memfd_pin_folios(file, start, end, folios, max_folios, offset);
+#else
+	return -EOPNOTSUPP;
 #endif
 }
 

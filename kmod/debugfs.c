@@ -55,6 +55,7 @@ static int fm_stats_show(struct seq_file *m, void *unused)
 	seq_printf(m, "runs_unmapped %llu\n", s.runs_unmapped);
 	seq_printf(m, "batches %llu\n", s.batches);
 	seq_printf(m, "batch_pages %llu\n", s.batch_pages);
+	seq_printf(m, "folio_pinned_pages %llu\n", s.folio_pinned_pages);
 	seq_printf(m, "avg_batch_pages %llu\n",
 		   s.batches ? div64_u64(s.batch_pages, s.batches) : 0);
 	return 0;

@@ -47,6 +47,7 @@ struct fm_stats {
 	u64			runs_unmapped;
 	u64			batches;
 	u64			batch_pages;
+	u64			folio_pinned_pages;	/* by memfd_pin_folios() */
 };
 
 /* One container. */
@@ -98,7 +99,8 @@ struct fm_run {
 /*
  * At most one record entry per this many pages of a mapping (16 bytes per
  * 256 KiB, below 0.01% of the mapping); more fragmented memory has no
- * record and is walked in the IOMMU instead.
+ * record and is walked in the IOMMU instead. A mapping with folio pins
+ * needs its record and has no such bound (at worst 16 bytes per 4K page).
  */
 #define FM_REC_PAGES_PER_ENTRY	64
 #define FM_REC_MIN_ENTRIES	16
@@ -125,6 +127,13 @@ struct fm_dma {
 	 * reserved or not. Never cleared.
 	 */
 	bool			has_pfnmap;
+	/*
+	 * Pins are counted per folio (filepin.c): every run of the record
+	 * holds one pin on each folio it touches, not one per page. Set
+	 * before the first pin, when the first page lies in a shared
+	 * hugetlbfs vma; such a mapping always keeps its record.
+	 */
+	bool			folio_pins;
 	struct task_struct	*task;		/* mapping task (get_task_struct) */
 	struct mm_struct	*mm;		/* its mm (mmgrab) */
 	struct rb_root		pfn_list;	/* struct fm_vpfn: external pins */
@@ -213,6 +222,19 @@ int fm_replay(struct fm_iommu *iommu, struct fm_domain *domain);
 bool fm_pfn_is_invalid_or_reserved(unsigned long pfn);
 /* One pfn of dma->mm for pin_pages; the caller holds a reference on the mm. */
 int fm_pin_one(struct fm_dma *dma, unsigned long vaddr, unsigned long *pfn);
+
+/*
+ * filepin.c: shared hugetlbfs pinned by folio. fm_filepin_applies: does
+ * @vaddr lie in a vma fm_filepin() takes? fm_filepin: pins the folios
+ * already in the page cache behind up to @npage pages at @vaddr, at most
+ * @max_folios; returns their number with *@first the page of the first
+ * folio at @vaddr, or 0 when GUP is to pin (and report errors) instead.
+ * Both take mmap_read_lock of @mm themselves.
+ */
+bool fm_filepin_applies(struct mm_struct *mm, unsigned long vaddr, bool write);
+long fm_filepin(struct mm_struct *mm, unsigned long vaddr, unsigned long npage,
+		bool write, struct folio **folios, unsigned int max_folios,
+		unsigned long *first);
 
 /*
  * unmap.c: unmap, flush, then unpin. fm_do_unmap takes iommu->lock itself;

@@ -3,8 +3,9 @@
  * The pin pipeline, used by MAP_DMA and by the replay into a new domain:
  *
  *   fill     one pin_user_pages_remote() call fills a batch of up to
- *            FM_BATCH_MAX page pointers (or, for a VM_PFNMAP range, pfns
- *            looked up one by one under a single mmap_read_lock);
+ *            FM_BATCH_PAGES page pointers (or, for a VM_PFNMAP range, pfns
+ *            looked up one by one under a single mmap_read_lock; for shared
+ *            hugetlbfs, one memfd_pin_folios() call, see filepin.c);
  *   charge   one pass over the batch: one reserved test per folio segment,
  *            one vpfn count per stretch of ordinary pages, and a single
  *            fm_lock_acct() for the whole batch;
@@ -34,6 +35,8 @@
 #define FM_BATCH_PAGES	1024
 /* PFNMAP lookups per batch: at most this many pages under one mmap_lock. */
 #define FM_PFNMAP_PAGES	(SZ_1G >> PAGE_SHIFT)
+/* Pages per memfd_pin_folios() batch, charged at once. */
+#define FM_FILEPIN_PAGES	(SZ_1G >> PAGE_SHIFT)
 
 /*
  * The batch is run-length: after the single pass over GUP's page pointers
@@ -41,7 +44,10 @@
  * (charge, map, release) costs O(runs) or O(folios), never O(4K pages).
  */
 struct fm_batch {
-	struct page	**pages;	/* GUP output, FM_BATCH_PAGES or 1 */
+	union {
+		struct page	**pages;	/* GUP output, FM_BATCH_PAGES or 1 */
+		struct folio	**folios;	/* memfd_pin_folios() output */
+	};
 	struct fm_run	*runs;		/* as many as pages */
 	unsigned long	capacity;	/* entries of pages and of runs */
 	unsigned long	nr_runs;
@@ -61,7 +67,9 @@ struct fm_pinner {
 	dma_addr_t		run_iova;
 	unsigned long		run_pfn;
 	unsigned long		run_npage;
+	bool			run_tail_pinned; /* its last page holds a pin */
 	unsigned long		runs;		/* runs mapped so far */
+	bool			single;		/* disable_hugepages: a run a page */
 };
 
 /*
@@ -170,6 +178,51 @@ static void fm_batch_pages_to_runs(struct fm_batch *b, unsigned long n)
 			len++;
 		fm_batch_add(b, pfn, len);
 		i += len;
+	}
+}
+
+/*
+ * memfd_pin_folios() output: @nr folios covering @npage pages from page
+ * @first of the first folio. Each folio is pinned once, and a folio holds
+ * one run segment, so the batch is already one pin per folio and run.
+ */
+static void fm_batch_folios_to_runs(struct fm_batch *b, long nr, unsigned long first,
+				    unsigned long npage)
+{
+	long i;
+
+	for (i = 0; i < nr && b->size < npage; i++) {
+		struct folio *folio = b->folios[i];
+		unsigned long skip = i ? 0 : first;
+
+		fm_batch_add(b, folio_pfn(folio) + skip,
+			     min(folio_nr_pages(folio) - skip, npage - b->size));
+	}
+	/* Only folios inside the range were asked for; never more. */
+	for (; i < nr; i++)
+		unpin_user_page(&b->folios[i]->page);
+}
+
+/*
+ * For a mapping with folio pins: GUP pinned every page, keep one pin per
+ * folio segment of each run (the dirty bit is set when the last goes).
+ */
+static void fm_batch_one_pin_per_folio(struct fm_batch *b)
+{
+	unsigned long r;
+
+	for (r = 0; r < b->nr_runs; r++) {
+		unsigned long pfn = b->runs[r].pfn, left = b->runs[r].npage;
+
+		while (left) {
+			unsigned long len = fm_folio_segment(pfn, left);
+
+			if (len > 1)
+				unpin_user_page_range_dirty_lock(pfn_to_page(pfn + 1), len - 1,
+								 false);
+			pfn += len;
+			left -= len;
+		}
 	}
 }
 
@@ -306,6 +359,38 @@ static long fm_batch_fill(struct fm_batch *b, struct mm_struct *mm,
 }
 
 /*
+ * Fill the pinner's batch from @vaddr: a mapping with folio pins takes
+ * what filepin.c can pin by folio and leaves the rest (absent folios,
+ * other vmas) to GUP, whose pins are then brought to one per folio.
+ */
+static long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npage)
+{
+	struct fm_batch *b = &p->batch;
+	struct fm_dma *dma = p->dma;
+	long n;
+
+	if (dma->folio_pins) {
+		unsigned long first;
+
+		npage = min_t(unsigned long, npage, FM_FILEPIN_PAGES);
+		n = fm_filepin(p->mm, vaddr, npage, dma->prot & IOMMU_WRITE, b->folios,
+			       b->capacity, &first);
+		if (n > 0) {
+			b->pfnmap = false;
+			b->size = 0;
+			b->nr_runs = 0;
+			fm_batch_folios_to_runs(b, n, first, npage);
+			p->iommu->stats.folio_pinned_pages += b->size;
+			return b->size;
+		}
+	}
+	n = fm_batch_fill(b, p->mm, vaddr, npage, dma->prot);
+	if (n > 0 && dma->folio_pins && !b->pfnmap)
+		fm_batch_one_pin_per_folio(b);
+	return n;
+}
+
+/*
  * Pages to charge among @n ordinary pages at @iova: those not already
  * charged as external pins.
  */
@@ -383,7 +468,7 @@ static void fm_batch_release(struct fm_pinner *p, unsigned long r, unsigned long
 
 void fm_rec_free(struct fm_dma *dma)
 {
-	kfree(dma->rec);
+	kvfree(dma->rec);
 	dma->rec = NULL;
 	dma->rec_nr = 0;
 	dma->rec_max = 0;
@@ -404,43 +489,61 @@ static void fm_rec_drop(struct fm_dma *dma)
 	dma->rec_dropped = true;
 }
 
-/*
- * Append a run just mapped in every domain. The record grows by doubling
- * up to its bound, one entry per FM_REC_PAGES_PER_ENTRY pages of the dma;
- * past it, or without memory, the dma has no record.
- */
-static void fm_rec_add(struct fm_dma *dma, unsigned long pfn, unsigned long npage)
+static bool fm_rec_joins(struct fm_dma *dma, unsigned long pfn)
 {
 	struct fm_run *last = dma->rec_nr ? &dma->rec[dma->rec_nr - 1] : NULL;
 
+	return last && last->pfn + last->npage == pfn;
+}
+
+/*
+ * Make room for a run starting at @pfn before it is mapped. The record
+ * grows by doubling up to its bound, one entry per FM_REC_PAGES_PER_ENTRY
+ * pages of the dma; past it, or without memory, the dma has no record,
+ * unless its pins are per folio: then the run cannot be taken (-ENOMEM).
+ */
+static int fm_rec_reserve(struct fm_dma *dma, unsigned long pfn)
+{
+	unsigned long pages = dma->size >> PAGE_SHIFT, bound, want;
+	struct fm_run *rec;
+
+	if (dma->rec_dropped || dma->rec_nr < dma->rec_max || fm_rec_joins(dma, pfn))
+		return 0;
+
+	bound = dma->folio_pins ? pages :
+		max_t(unsigned long, FM_REC_MIN_ENTRIES, pages / FM_REC_PAGES_PER_ENTRY);
+	want = min(dma->rec_max ? 2UL * dma->rec_max : FM_REC_MIN_ENTRIES, bound);
+	if (want > dma->rec_max && want <= UINT_MAX) {
+		rec = kvmalloc_array(want, sizeof(*rec), GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
+		if (rec) {
+			if (dma->rec_nr)
+				memcpy(rec, dma->rec, dma->rec_nr * sizeof(*rec));
+			kvfree(dma->rec);
+			dma->rec = rec;
+			dma->rec_max = want;
+			return 0;
+		}
+	}
+	if (dma->folio_pins)
+		return -ENOMEM;
+	fm_rec_drop(dma);
+	return 0;
+}
+
+/*
+ * Append a run just mapped in every domain (fm_rec_reserve() made room).
+ * A run only joins the last when disable_hugepages maps page by page,
+ * which folio pins never do: a joined entry never holds two pins on one
+ * folio.
+ */
+static void fm_rec_add(struct fm_dma *dma, unsigned long pfn, unsigned long npage)
+{
 	if (dma->rec_dropped)
 		return;
-	if (last && last->pfn + last->npage == pfn) {
-		last->npage += npage;
-		dma->rec_pages += npage;
-		return;
-	}
-	if (dma->rec_nr == dma->rec_max) {
-		unsigned long bound = max_t(unsigned long, FM_REC_MIN_ENTRIES,
-			(dma->size >> PAGE_SHIFT) / FM_REC_PAGES_PER_ENTRY);
-		unsigned long want = dma->rec_max ? 2UL * dma->rec_max : FM_REC_MIN_ENTRIES;
-		struct fm_run *rec;
-
-		want = min(want, bound);
-		if (want <= dma->rec_max || want > UINT_MAX) {
-			fm_rec_drop(dma);
-			return;
-		}
-		rec = krealloc_array(dma->rec, want, sizeof(*rec),
-				     GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
-		if (!rec) {
-			fm_rec_drop(dma);
-			return;
-		}
-		dma->rec = rec;
-		dma->rec_max = want;
-	}
-	dma->rec[dma->rec_nr++] = (struct fm_run){ .pfn = pfn, .npage = npage };
+	if (fm_rec_joins(dma, pfn))
+		dma->rec[dma->rec_nr - 1].npage += npage;
+	else
+		dma->rec[dma->rec_nr++] = (struct fm_run){ .pfn = pfn, .npage = npage };
 	dma->rec_pages += npage;
 }
 
@@ -457,6 +560,9 @@ static int fm_run_map(struct fm_pinner *p)
 	struct fm_domain *d;
 	int ret;
 
+	ret = fm_rec_reserve(p->dma, p->run_pfn);
+	if (ret)
+		return ret;
 	if (p->target) {
 		ret = fm_compat_iommu_map(p->target->domain, p->run_iova, phys, len,
 					  prot, GFP_KERNEL_ACCOUNT);
@@ -483,12 +589,25 @@ static int fm_run_map(struct fm_pinner *p)
 }
 
 /*
+ * With folio pins, the open run and a batch run that continues it each
+ * hold a pin on the folio they may share (the batch ended inside it):
+ * joined, they keep one.
+ */
+static void fm_run_join_pins(struct fm_pinner *p, unsigned long pfn)
+{
+	if (!p->dma->folio_pins || p->batch.pfnmap || !p->run_tail_pinned)
+		return;
+	if (page_folio(pfn_to_page(pfn)) == page_folio(pfn_to_page(pfn - 1)))
+		unpin_user_page(pfn_to_page(pfn));
+}
+
+/*
  * Feed the charged batch into runs, mapping each run that cannot grow.
  * With disable_hugepages every page is a run of its own, as in stock.
  */
 static int fm_batch_map(struct fm_pinner *p)
 {
-	bool single = READ_ONCE(fm_disable_hugepages);
+	bool single = p->single;
 	struct fm_batch *b = &p->batch;
 	unsigned long r;
 	int ret;
@@ -500,7 +619,9 @@ static int fm_batch_map(struct fm_pinner *p)
 			unsigned long take = single ? 1 : npage - off;
 
 			if (p->run_npage && !single && pfn + off == p->run_pfn + p->run_npage) {
+				fm_run_join_pins(p, pfn + off);
 				p->run_npage += take;
+				p->run_tail_pinned = !b->pfnmap;
 				off += take;
 				continue;
 			}
@@ -513,6 +634,7 @@ static int fm_batch_map(struct fm_pinner *p)
 			}
 			p->run_pfn = pfn + off;
 			p->run_npage = take;
+			p->run_tail_pinned = !b->pfnmap;
 			off += take;
 		}
 	}
@@ -534,9 +656,12 @@ static int fm_pin_map_dma(struct fm_pinner *p)
 
 	p->run_iova = dma->iova;
 	p->run_npage = 0;
-	/* Nothing of the dma is pinned: a new record starts. */
+	/* Nothing of the dma is pinned: a new record starts, a new pin mode. */
 	WARN_ON_ONCE(dma->rec);
 	fm_rec_free(dma);
+	p->single = READ_ONCE(fm_disable_hugepages);
+	dma->folio_pins = !p->single &&
+			  fm_filepin_applies(p->mm, dma->vaddr, dma->prot & IOMMU_WRITE);
 	fm_batch_init(&p->batch);
 
 	while (left) {
@@ -550,7 +675,7 @@ static int fm_pin_map_dma(struct fm_pinner *p)
 		}
 		cond_resched();
 
-		n = fm_batch_fill(&p->batch, p->mm, dma->vaddr + offset, left, dma->prot);
+		n = fm_pinner_fill(p, dma->vaddr + offset, left);
 		if (n < 0) {
 			ret = n;
 			break;

@@ -90,59 +90,48 @@ static long fm_release_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pf
 	unsigned long i;
 
 	/* The common case: one call, one refcount drop per folio. */
-	if (!dma->has_rsvd) {
+	if (!dma->has_rsvd && !dma->folio_pins) {
 		fm_unpin_range_dirty(pfn_to_page(pfn), npage, dirty);
 		*uncharge += npage - fm_vpfn_count(dma, iova, npage);
 		return npage;
 	}
 
 	/*
-	 * Reserved and PFNMAP pfns were not charged. Pfns without a struct
-	 * page (MMIO: only a VM_PFNMAP lookup gives them, and pins nothing)
-	 * are skipped a validity block at a time.
+	 * Folio by folio. Pfns without a struct page (MMIO: only a VM_PFNMAP
+	 * lookup gives them, and pins nothing) are skipped a validity block
+	 * at a time. Reserved and PFNMAP pfns were not charged; the reserved
+	 * test answers for the folio, as it did when the folio was charged.
 	 */
 	i = 0;
 	while (i < npage) {
 		unsigned long n = fm_invalid_pfns(pfn + i, npage - i);
 		struct page *page;
+		unsigned long pins;
 
 		if (n) {
 			i += n;
 			continue;
 		}
 		page = pfn_to_page(pfn + i);
-		/*
-		 * Without any PFNMAP pfn in the mapping every page came from
-		 * GUP and holds one pin per page, reserved or not: release a
-		 * folio's pages at once. The reserved test answers for the
-		 * folio, as it did when the folio was charged; a reserved
-		 * folio is not dirtied and was not charged.
-		 */
-		if (!dma->has_pfnmap) {
-			n = fm_folio_segment(pfn + i, npage - i);
-			if (PageReserved(page)) {
-				unpin_user_page_range_dirty_lock(page, n, false);
-			} else {
-				unpin_user_page_range_dirty_lock(page, n, dirty);
-				unpinned += n;
-				external += fm_vpfn_count(dma, iova + (i << PAGE_SHIFT), n);
-			}
-			i += n;
-			continue;
+		n = fm_folio_segment(pfn + i, npage - i);
+		/* The run holds one pin per page, or per folio (filepin.c). */
+		pins = dma->folio_pins ? 1 : n;
+		if (PageReserved(page)) {
+			/*
+			 * GUP pins a reserved page like any other (the zero
+			 * page aside, whose unpin is a no-op), a VM_PFNMAP
+			 * lookup does not, and the two cannot be told apart
+			 * here: with PFNMAP pfns in the mapping a reserved page
+			 * is left alone. It is not dirtied, nor was it charged.
+			 */
+			if (!dma->has_pfnmap)
+				unpin_user_page_range_dirty_lock(page, pins, false);
+		} else {
+			unpin_user_page_range_dirty_lock(page, pins, dirty);
+			unpinned += n;
+			external += fm_vpfn_count(dma, iova + (i << PAGE_SHIFT), n);
 		}
-		/*
-		 * GUP pins a reserved page like any other (the zero page
-		 * aside, whose unpin is a no-op), a VM_PFNMAP lookup does
-		 * not, and the two cannot be told apart here: with PFNMAP
-		 * pfns in the mapping a reserved page is left alone.
-		 */
-		if (!PageReserved(page)) {
-			unpin_user_pages_dirty_lock(&page, 1, dirty);
-			unpinned++;
-			if (fm_vpfn_find(dma, iova + (i << PAGE_SHIFT)))
-				external++;
-		}
-		i++;
+		i += n;
 	}
 	*uncharge += unpinned - external;
 	return unpinned;
