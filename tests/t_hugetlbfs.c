@@ -412,26 +412,52 @@ static void anon_4k(struct th *t, char *at, size_t size)
 		at[off] = 1;
 }
 
+/*
+ * edu writes 0xf00 bytes across the VMA boundary at "seam" (IOVA iova_seam)
+ * and reads them back into the anonymous source page: both VMAs' pages are
+ * the ones in the IOMMU.
+ */
+static void dma_across(struct th *t, struct edu *e, char *src, char *seam,
+		       uint64_t iova_seam, int seed)
+{
+	fill(src, COPY_CNT, seed);
+	EDU_FROM_RAM(e, EDU_SRC, 0, COPY_CNT);
+	EDU_TO_RAM(e, 0, iova_seam - 0x800, COPY_CNT);
+	EXPECT_EQ(check(seam - 0x800, COPY_CNT, seed), COPY_CNT);
+	fill(seam - 0x800, COPY_CNT, seed + 1);
+	memset(src, 0, SZ_4K);
+	EDU_FROM_RAM(e, iova_seam - 0x800, 0, COPY_CNT);
+	EDU_TO_RAM(e, 0, EDU_SRC, COPY_CNT);
+	EXPECT_EQ(check(src, COPY_CNT, seed + 1), COPY_CNT);
+}
+
 /* [hugetlbfs 2M][anon 16 x 4K]: starts in shared hugetlbfs */
 TEST_V12(memfd2m_span_into_anon)
 {
 	const size_t anon = 16 * SZ_4K;
-	int c = th_container(t);
+	struct edu e;
+	int gfd, c = edu_container(t, t->type, &gfd);
+	char *src = th_anon(t, SZ_4K);
 	char *b = span_region(t) + SZ_2M;
 	int fd = memfd2m(t, SZ_2M);
 
 	fmap(t, b, SZ_2M, PROT_READ | PROT_WRITE, MAP_SHARED, fd);
 	touch_2m(b, SZ_2M);
 	anon_4k(t, b + SZ_2M, anon);
-	MAP_OK(c, IOVA_B, b, SZ_2M + anon);
+	edu_open(t, gfd, &e);
+	MAP_OK(c, EDU_SRC, src, SZ_4K);
+	MAP_OK(c, EDU_HUGE, b, SZ_2M + anon);
 	/* folio mode continues into the anonymous pages: one pin per folio */
-	EXPECT_ACCT(exp_pins(1 + 16, 512 + 16), (SZ_2M + anon) >> 10);
-	UNMAP_OK(c, IOVA_B, SZ_2M + anon);
-	EXPECT_ACCT(0, 0);
+	EXPECT_ACCT(1 + exp_pins(1 + 16, 512 + 16), 4 + ((SZ_2M + anon) >> 10));
+	dma_across(t, &e, src, b + SZ_2M, EDU_HUGE + SZ_2M, 7);
+	UNMAP_OK(c, EDU_HUGE, SZ_2M + anon);
+	EXPECT_ACCT(1, 4);
 	/* starting at the last hugetlbfs page: still folio mode */
-	MAP_OK(c, IOVA_B, b + SZ_2M - SZ_4K, SZ_4K + anon);
-	EXPECT_ACCT(exp_pins(1 + 16, 1 + 16), (SZ_4K + anon) >> 10);
-	UNMAP_OK(c, IOVA_B, SZ_4K + anon);
+	MAP_OK(c, EDU_HUGE, b + SZ_2M - SZ_4K, SZ_4K + anon);
+	EXPECT_ACCT(1 + exp_pins(1 + 16, 1 + 16), 4 + ((SZ_4K + anon) >> 10));
+	dma_across(t, &e, src, b + SZ_2M, EDU_HUGE + SZ_4K, 9);
+	UNMAP_OK(c, EDU_HUGE, SZ_4K + anon);
+	UNMAP_OK(c, EDU_SRC, SZ_4K);
 	EXPECT_ACCT(0, 0);
 }
 
@@ -439,16 +465,22 @@ TEST_V12(memfd2m_span_into_anon)
 TEST_V12(memfd2m_span_from_anon)
 {
 	const size_t anon = 16 * SZ_4K;
-	int c = th_container(t);
+	struct edu e;
+	int gfd, c = edu_container(t, t->type, &gfd);
+	char *src = th_anon(t, SZ_4K);
 	char *h = span_region(t) + 2 * SZ_2M;
 	int fd = memfd2m(t, SZ_2M);
 
 	anon_4k(t, h - anon, anon);
 	fmap(t, h, SZ_2M, PROT_READ | PROT_WRITE, MAP_SHARED, fd);
 	touch_2m(h, SZ_2M);
-	MAP_OK(c, IOVA_B, h - anon, anon + SZ_2M);
-	EXPECT_ACCT(16 + 512, (anon + SZ_2M) >> 10);
-	UNMAP_OK(c, IOVA_B, anon + SZ_2M);
+	edu_open(t, gfd, &e);
+	MAP_OK(c, EDU_SRC, src, SZ_4K);
+	MAP_OK(c, EDU_HUGE, h - anon, anon + SZ_2M);
+	EXPECT_ACCT(1 + 16 + 512, 4 + ((anon + SZ_2M) >> 10));
+	dma_across(t, &e, src, h, EDU_HUGE + anon, 11);
+	UNMAP_OK(c, EDU_HUGE, anon + SZ_2M);
+	UNMAP_OK(c, EDU_SRC, SZ_4K);
 	EXPECT_ACCT(0, 0);
 }
 
