@@ -13,6 +13,7 @@
  * in the VMAs it continues into.  A mapping that starts anywhere else keeps
  * one pin per 4K page everywhere.  VmLck is charged per 4K page always.
  */
+#include <sys/shm.h>
 #include <sys/stat.h>
 
 #include "common.h"
@@ -334,6 +335,75 @@ TEST(memfd2m_read_only_mapping)
 	UNMAP_OK(c, EDU_SRC, SZ_4K);
 	UNMAP_OK(c, EDU_HUGE, 2 * SZ_2M);
 	EXPECT_ACCT(0, 0);
+}
+
+/*
+ * A mapping of the file from offset 2M (vm_pgoff != 0), the MAP_DMA
+ * starting 4K before its second folio: the device sees and writes the
+ * file's pages at those offsets, not the file's first folios.
+ */
+TEST_V12(memfd2m_file_offset)
+{
+	const size_t fsize = 4 * SZ_2M, msize = 2 * SZ_2M;
+	struct edu e;
+	int gfd, c = edu_container(t, t->type, &gfd);
+	char *src = th_anon(t, SZ_4K);
+	int fd = memfd2m(t, fsize);
+	char *whole = fmap(t, NULL, fsize, PROT_READ | PROT_WRITE, MAP_SHARED, fd);
+	char *m = mmap(NULL, msize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, SZ_2M);
+	size_t f;
+
+	if (m == MAP_FAILED)
+		FAIL("mmap at file offset 2M: %s", strerror(errno));
+	th_own_mem(t, m, msize);
+	/* each folio its own pattern: folio f at offset x holds pat(x, 20 + f) */
+	for (f = 0; f < fsize / SZ_2M; f++)
+		fill(whole + f * SZ_2M, SZ_2M, 20 + f);
+	edu_open(t, gfd, &e);
+	MAP_OK(c, EDU_SRC, src, SZ_4K);
+	/* file offsets [4M - 4K, 6M): the last page of folio 1 and folio 2 */
+	MAP_OK(c, EDU_HUGE, m + SZ_2M - SZ_4K, SZ_2M + SZ_4K);
+	EXPECT_ACCT(1 + exp_pins(2, 513), 4 + ((SZ_2M + SZ_4K) >> 10));
+	/* device reads the last page of folio 1 */
+	EDU_FROM_RAM(&e, EDU_HUGE, 0, COPY_CNT);
+	EDU_TO_RAM(&e, 0, EDU_SRC, COPY_CNT);
+	EXPECT_EQ(memcmp(src, whole + 2 * SZ_2M - SZ_4K, COPY_CNT), 0);
+	EXPECT_EQ((unsigned char)src[0], (unsigned char)pat(SZ_2M - SZ_4K, 21));
+	/* device writes 0x3000 into folio 2 */
+	fill(src, COPY_CNT, 30);
+	EDU_FROM_RAM(&e, EDU_SRC, 0, COPY_CNT);
+	EDU_TO_RAM(&e, 0, EDU_HUGE + SZ_4K + 0x3000, COPY_CNT);
+	EXPECT_EQ(check(whole + 2 * SZ_2M + 0x3000, COPY_CNT, 30), COPY_CNT);
+	/* folio 0 and 3 untouched */
+	EXPECT_EQ(check(whole, SZ_2M, 20), SZ_2M);
+	EXPECT_EQ(check(whole + 3 * SZ_2M, SZ_2M, 23), SZ_2M);
+	UNMAP_OK(c, EDU_HUGE, SZ_2M + SZ_4K);
+	UNMAP_OK(c, EDU_SRC, SZ_4K);
+	EXPECT_ACCT(0, 0);
+}
+
+/* SysV shared memory with SHM_HUGETLB is a shared hugetlbfs file too. */
+TEST(shm_hugetlb_segment)
+{
+	const size_t size = 2 * SZ_2M;
+	int c = th_container(t);
+	int id;
+	char *p;
+
+	huge_reserve(t, size / SZ_2M);
+	id = shmget(IPC_PRIVATE, size, IPC_CREAT | SHM_HUGETLB | 0600);
+	if (id < 0)
+		FAIL("shmget(SHM_HUGETLB) of %zu MiB: %s", size >> 20, strerror(errno));
+	p = shmat(id, NULL, 0);
+	shmctl(id, IPC_RMID, NULL);
+	if (p == (void *)-1)
+		FAIL("shmat: %s", strerror(errno));
+	touch_2m(p, size);
+	MAP_OK(c, IOVA_B, p, size);
+	EXPECT_ACCT(exp_pins(2, 1024), size >> 10);
+	UNMAP_OK(c, IOVA_B, size);
+	EXPECT_ACCT(0, 0);
+	EXPECT_EQ(shmdt(p), 0);
 }
 
 /* ------------------------------------------------------------------ */
