@@ -11,6 +11,7 @@
 # make fuzz [SEED=1] [STEPS=5000]  differential fuzzing: one stock guest runs the
 #                   seeded ioctl sequence on stock type1, then on foliomap (tests/t_fuzz.c)
 # make bench        the seed's table, stock and foliomap side by side in a guest
+#                   (MODES default: thp populate hugetlb2m memfd2m)
 # make bench-scale  map/unmap time against buffer size, both backends (bench/README.md)
 # make bench-vmm    a real VMM (QEMU + vfio-pci) start/stop time, both backends
 #

@@ -163,7 +163,9 @@ static inline void *th_mem(struct th *t, enum vu_mem_kind kind, size_t size)
 	void *p = vu_mem_alloc(kind, size);
 
 	if (!p) {
-		if (kind == VU_MEM_HUGETLB2M || kind == VU_MEM_HUGETLB1G)
+		/* memfd2m: only the pool (or its sysfs directory) missing */
+		if (kind == VU_MEM_HUGETLB2M || kind == VU_MEM_HUGETLB1G ||
+		    (kind == VU_MEM_MEMFD2M && (errno == ENOMEM || errno == ENOENT)))
 			SKIP("cannot get %zu MiB of %s: %s", size >> 20,
 			     vu_mem_name(kind), strerror(errno));
 		FAIL("cannot allocate %zu MiB of %s: %s", size >> 20,

@@ -131,6 +131,45 @@ TEST(debugfs_container_counters)
 	EXPECT_NE(access(dir, F_OK), 0);
 }
 
+/*
+ * folio_pinned_pages: pages pinned through memfd_pin_folios(), cumulative.
+ * On 6.12 a mapping of shared hugetlbfs memory (a 2M-hugetlbfs memfd) adds
+ * its pages; a THP mapping adds none. On 6.1 (no memfd_pin_folios) it stays 0.
+ */
+TEST(debugfs_folio_pinned_pages)
+{
+	const size_t msize = 4 * SZ_2M;
+	bool folio = th_kernel_series() == 612;
+	long long f0;
+	void *thp, *mfd;
+	int id, c;
+
+	th_mount(t, "debugfs", DEBUGFS);
+	c = th_container(t);
+	id = newest_container(t);
+	f0 = stat_of(id, "folio_pinned_pages");
+	ASSERT_EQ(f0, 0);
+
+	thp = th_mem(t, VU_MEM_THP, THP_SIZE);
+	MAP_OK(c, IOVA_A, thp, THP_SIZE);
+	EXPECT_EQ(th_pins(t), THP_SIZE / SZ_4K);
+	EXPECT_EQ(stat_of(id, "folio_pinned_pages"), 0);
+
+	mfd = th_mem(t, VU_MEM_MEMFD2M, msize);
+	MAP_OK(c, IOVA_B, mfd, msize);
+	EXPECT_EQ(th_pins(t), THP_SIZE / SZ_4K + (folio ? msize / SZ_2M : msize / SZ_4K));
+	EXPECT_EQ(th_vmlck_kb(t), (THP_SIZE + msize) >> 10);
+	EXPECT_EQ(stat_of(id, "folio_pinned_pages"), folio ? msize / SZ_4K : 0);
+	EXPECT_EQ(stat_of(id, "mapped_pages"), (THP_SIZE + msize) / SZ_4K);
+
+	/* cumulative: unmapping takes nothing off */
+	UNMAP_OK(c, IOVA_B, msize);
+	UNMAP_OK(c, IOVA_A, THP_SIZE);
+	EXPECT_EQ(stat_of(id, "folio_pinned_pages"), folio ? msize / SZ_4K : 0);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+}
+
 static void write_file(struct th *t, const char *path, const char *s)
 {
 	int fd = open(path, O_WRONLY | O_TRUNC);

@@ -97,7 +97,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 "usage: dma-bench [--group N | --device BDF] [--gib G] [--loops L] [--warmup W]\n"
-"                 [--iova ADDR] [--type1 v1|v2] [--modes thp,populate,hugetlb2m,hugetlb1g,memfd]\n"
+"                 [--iova ADDR] [--type1 v1|v2] [--modes thp,populate,hugetlb2m,hugetlb1g,memfd,memfd2m]\n"
 "                 [--backends stock,foliomap --switch-cmd SCRIPT] [--json] [--label NAME]\n"
 "                 [--bar-device BDF] [--bar-index N] [--no-step-warmup]\n"
 "\n"
@@ -137,6 +137,7 @@ static const char *mode_header(enum vu_mem_kind kind)
 	case VU_MEM_HUGETLB2M:	return "HUGETLBFS";
 	case VU_MEM_HUGETLB1G:	return "HUGETLBFS 1G";
 	case VU_MEM_MEMFD:	return "MEMFD";
+	case VU_MEM_MEMFD2M:	return "MEMFD HUGETLB";
 	case MODE_BAR:		return "PCI BAR";
 	default:		return "?";
 	}
@@ -523,7 +524,8 @@ static int check_free_memory(enum vu_mem_kind kind, uint64_t size)
 {
 	long long avail = vu_read_key("/proc/meminfo", "MemAvailable");
 
-	if (kind == VU_MEM_HUGETLB2M || kind == VU_MEM_HUGETLB1G || avail < 0)
+	if (kind == VU_MEM_HUGETLB2M || kind == VU_MEM_HUGETLB1G ||
+	    kind == VU_MEM_MEMFD2M || avail < 0)
 		return 0;
 	if ((uint64_t)avail * 1024 < size + (64ULL << 20)) {
 		fprintf(stderr, "dma-bench: not enough memory for %s: %" PRIu64 " MiB wanted, "
@@ -549,7 +551,8 @@ static void hugepage_paths(enum vu_mem_kind kind, char *nr, char *fr, size_t len
 static int run_mode(const struct opts *o, enum vu_mem_kind kind, uint64_t size, int *bad)
 {
 	struct series s[MAX_BACKENDS] = { 0 };
-	bool huge = kind == VU_MEM_HUGETLB2M || kind == VU_MEM_HUGETLB1G;
+	bool huge = kind == VU_MEM_HUGETLB2M || kind == VU_MEM_HUGETLB1G ||
+		    kind == VU_MEM_MEMFD2M;
 	char nr_path[128], free_path[128];
 	long long nr_before = -1;
 	int i, b, loop, ret = 0;
@@ -865,7 +868,7 @@ static int parse_modes(struct opts *o, const char *arg)
 		}
 		if (o->nmodes == MAX_MODES || vu_mem_parse(tok, &o->modes[o->nmodes])) {
 			fprintf(stderr, "dma-bench: unknown mode '%s' (thp, populate, hugetlb2m, "
-				"hugetlb1g, memfd, bar)\n", tok);
+				"hugetlb1g, memfd, memfd2m, bar)\n", tok);
 			free(dup);
 			return -EINVAL;
 		}

@@ -19,6 +19,9 @@
 #endif
 #define MAP_HUGE_2MB (21 << MAP_HUGE_SHIFT)
 #define MAP_HUGE_1GB (30 << MAP_HUGE_SHIFT)
+#ifndef MFD_HUGE_2MB
+#define MFD_HUGE_2MB (21U << 26)	/* MFD_HUGE_SHIFT, linux/memfd.h */
+#endif
 
 int vu_container_open(void)
 {
@@ -181,6 +184,7 @@ static const char *const mem_names[VU_MEM_NKINDS] = {
 	[VU_MEM_HUGETLB2M] = "hugetlb2m",
 	[VU_MEM_HUGETLB1G] = "hugetlb1g",
 	[VU_MEM_MEMFD] = "memfd",
+	[VU_MEM_MEMFD2M] = "memfd2m",
 };
 
 const char *vu_mem_name(enum vu_mem_kind kind)
@@ -279,6 +283,26 @@ int vu_hugepages_reserve(unsigned long size_kb, unsigned long n)
 	return vu_read_number(free_path) >= (long long)n ? 0 : -ENOMEM;
 }
 
+int vu_memfd2m_create(size_t size)
+{
+	int fd, err;
+
+	if (!size || size % (2UL << 20))
+		return -EINVAL;
+	err = vu_hugepages_reserve(2048, size >> 21);
+	if (err)
+		return err;
+	fd = memfd_create("foliomap-2m", MFD_CLOEXEC | MFD_HUGETLB | MFD_HUGE_2MB);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, size)) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
 void *vu_mem_alloc(enum vu_mem_kind kind, size_t size)
 {
 	int prot = PROT_READ | PROT_WRITE;
@@ -328,6 +352,18 @@ void *vu_mem_alloc(enum vu_mem_kind kind, size_t size)
 			return NULL;
 		if (ftruncate(fd, size) == 0)
 			p = mmap(NULL, size, prot, MAP_SHARED, fd, 0);
+		err = errno;
+		close(fd);
+		errno = err;
+		break;
+	case VU_MEM_MEMFD2M:
+		step = 2UL << 20;
+		fd = vu_memfd2m_create(size);
+		if (fd < 0) {
+			errno = -fd;
+			return NULL;
+		}
+		p = mmap(NULL, size, prot, MAP_SHARED, fd, 0);
 		err = errno;
 		close(fd);
 		errno = err;

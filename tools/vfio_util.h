@@ -38,6 +38,7 @@ enum vu_mem_kind {
 	VU_MEM_HUGETLB2M,	/* 2M hugetlbfs pages */
 	VU_MEM_HUGETLB1G,	/* 1G hugetlbfs pages */
 	VU_MEM_MEMFD,		/* memfd_create, shared mapping */
+	VU_MEM_MEMFD2M,		/* memfd_create(MFD_HUGETLB | MFD_HUGE_2MB), shared */
 	VU_MEM_NKINDS,
 };
 const char *vu_mem_name(enum vu_mem_kind kind);
@@ -50,6 +51,12 @@ void *vu_mem_alloc(enum vu_mem_kind kind, size_t size);
 void vu_mem_free(void *p, size_t size);
 /* Make sure n free hugepages of size_kb exist (writes nr_hugepages). */
 int vu_hugepages_reserve(unsigned long size_kb, unsigned long n);
+/*
+ * A 2M-hugetlbfs memfd (MFD_CLOEXEC | MFD_HUGETLB | MFD_HUGE_2MB) of size
+ * bytes (a multiple of 2M), with that many free 2M hugepages reserved
+ * first; nothing is faulted in. Returns the fd, or -errno.
+ */
+int vu_memfd2m_create(size_t size);
 
 /* Counters that every test and benchmark loop checks for balance. */
 struct vu_counters {
