@@ -4,11 +4,12 @@
  * vfio_pin_pages, vfio_unpin_pages, vfio_dma_rw and the dma_unmap callback.
  *
  * The test module tests/emu/fm_emu.ko (bin/fm_emu-<uname -r>.ko next to
- * this program) registers one emulated-IOMMU vfio device, "fm_emu", in a
- * group of its own.  main() inserts it when it is not loaded and removes it
- * again at the end.  Each test puts that group in a type1 container (alone,
- * or with an e1000e group, whose domain pins and charges every mapping),
- * opens the device and drives the module with the ioctls of emu/fm_emu.h.
+ * this program) registers two emulated-IOMMU vfio devices, "fm_emu" and
+ * "fm_emu.1", each in a group of its own.  main() inserts it when it is not
+ * loaded and removes it again at the end.  Each test puts the first group in
+ * a type1 container (alone, or with an e1000e group, whose domain pins and
+ * charges every mapping), opens the device and drives the module with the
+ * ioctls of emu/fm_emu.h; the lockorder tests use both.
  */
 #include <dirent.h>
 #include <limits.h>
