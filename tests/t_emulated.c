@@ -4,14 +4,16 @@
  * vfio_pin_pages, vfio_unpin_pages, vfio_dma_rw and the dma_unmap callback.
  *
  * The test module tests/emu/fm_emu.ko (bin/fm_emu-<uname -r>.ko next to
- * this program) registers one emulated-IOMMU vfio device, "fm_emu", in a
- * group of its own.  main() inserts it when it is not loaded and removes it
- * again at the end.  Each test puts that group in a type1 container (alone,
- * or with an e1000e group, whose domain pins and charges every mapping),
- * opens the device and drives the module with the ioctls of emu/fm_emu.h.
+ * this program) registers two emulated-IOMMU vfio devices, "fm_emu" and
+ * "fm_emu.1", each in a group of its own.  main() inserts it when it is not
+ * loaded and removes it again at the end.  Each test puts the first group in
+ * a type1 container (alone, or with an e1000e group, whose domain pins and
+ * charges every mapping), opens the device and drives the module with the
+ * ioctls of emu/fm_emu.h; the lockorder tests use both.
  */
 #include <dirent.h>
 #include <limits.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 
@@ -78,18 +80,24 @@ static void emu_module_unload(void)
 		fprintf(stderr, "t_emulated: delete_module fm_emu: %s\n", strerror(errno));
 }
 
-/* IOMMU group number of the emulated device. */
-static int emu_group(struct th *t)
+/* IOMMU group number of an emulated device (FM_EMU_NAME or FM_EMU_NAME2). */
+static int emu_group_of(struct th *t, const char *name)
 {
-	char link[PATH_MAX], *slash;
-	ssize_t n = readlink("/sys/bus/platform/devices/" FM_EMU_NAME "/iommu_group",
-			     link, sizeof(link) - 1);
+	char link[PATH_MAX], path[PATH_MAX], *slash;
+	ssize_t n;
 
+	snprintf(path, sizeof(path), "/sys/bus/platform/devices/%s/iommu_group", name);
+	n = readlink(path, link, sizeof(link) - 1);
 	if (n < 0)
-		FAIL("fm_emu has no iommu_group (module not loaded?): %s", strerror(errno));
+		FAIL("%s has no iommu_group (module not loaded?): %s", name, strerror(errno));
 	link[n] = 0;
 	slash = strrchr(link, '/');
 	return atoi(slash ? slash + 1 : link);
+}
+
+static int emu_group(struct th *t)
+{
+	return emu_group_of(t, FM_EMU_NAME);
 }
 
 struct emu {
@@ -989,6 +997,185 @@ TEST(dirty_scope_emulated_only)
 	ASSERT_EQ(ioctl(e.c, VFIO_IOMMU_DIRTY_PAGES, &st), 0);
 	emu_unpin(t, &e, IOVA_A + 3 * SZ_4K, 1);
 	UNMAP_OK(e.c, IOVA_A, MSZ);
+}
+
+/* ------------------------------------------------------------------ */
+/* lock order: a device opened or closed while a dma_unmap callback runs */
+
+#define LO_DELAY_MS	1000	/* the callback's sleep (fm_emu unmap_delay_ms) */
+#define LO_TIMEOUT_S	30	/* the racing process must be done by then */
+#define LO_NPIN		4
+
+/* Written by the racing process, read by the test once it has exited. */
+struct lo_result {
+	int stage;		/* 1 device ready, 2 callback entered, 3 done */
+	int unmap_ret;
+	uint64_t unmap_size;
+	long long dev_ret;	/* open: 0 or -errno, close: 0 or -errno */
+	double dev_s;		/* how long the open or close took */
+};
+
+struct lo_unmap {
+	int c;
+	int ret;
+	uint64_t size;
+};
+
+static void *lo_unmap_fn(void *arg)
+{
+	struct lo_unmap *u = arg;
+
+	u->ret = vu_unmap(u->c, IOVA_A, MSZ, 0, &u->size);
+	return NULL;
+}
+
+/*
+ * The racing process: UNMAP_DMA in a thread (fm_emu's callback for the
+ * first device sleeps LO_DELAY_MS), and once the callback has started, the
+ * second device is opened (register_device) or closed (unregister_device)
+ * from this thread. Stock type1 takes iommu->lock, then device_list_lock
+ * there, while the callback holds device_list_lock and unpins through
+ * iommu->lock: neither returns. Never returns.
+ */
+static void __attribute__((noreturn)) lo_racer(struct lo_result *r, int c, int dev1, int g2,
+					       bool unregister, uint64_t calls0)
+{
+	struct lo_unmap u = { .c = c };
+	struct fm_emu_stats s;
+	pthread_t thr;
+	int dev2 = -1, i;
+	double t0;
+
+	if (unregister) {
+		dev2 = ioctl(g2, VFIO_GROUP_GET_DEVICE_FD, FM_EMU_NAME2);
+		if (dev2 < 0) {
+			r->dev_ret = -errno;
+			_exit(1);
+		}
+	}
+	r->stage = 1;
+	if (pthread_create(&thr, NULL, lo_unmap_fn, &u))
+		_exit(1);
+	/* The callback counts itself before it sleeps. */
+	for (i = 0; i < 10000; i++) {
+		if (ioctl(dev1, FM_EMU_STATS, &s))
+			_exit(1);
+		if (s.unmap_calls != calls0)
+			break;
+		usleep(1000);
+	}
+	if (s.unmap_calls == calls0)
+		_exit(1);
+	r->stage = 2;
+
+	t0 = vu_now();
+	if (unregister)
+		r->dev_ret = close(dev2) ? -errno : 0;
+	else
+		r->dev_ret = ioctl(g2, VFIO_GROUP_GET_DEVICE_FD, FM_EMU_NAME2) < 0 ? -errno : 0;
+	r->dev_s = vu_now() - t0;
+
+	pthread_join(thr, NULL);
+	r->unmap_ret = u.ret;
+	r->unmap_size = u.size;
+	r->stage = 3;
+	_exit(0);
+}
+
+/*
+ * Two emulated groups in one container; the first device pins pages, a
+ * process of the test's unmaps them and meanwhile opens or closes the second
+ * device. foliomap orders device_list_lock before iommu->lock everywhere:
+ * the open or close waits for the callback (so it takes about LO_DELAY_MS,
+ * which shows the race was run), then both return and every pin is gone.
+ */
+static void lo_run(struct th *t, bool unregister)
+{
+	int groups[2], gfds[2], c, dev1, status;
+	struct lo_result *r;
+	struct fm_emu_stats s0, s;
+	uint64_t *p;
+	pid_t pid;
+	double t0;
+
+	if (!is_foliomap())
+		SKIP("stock type1 deadlocks here (register/unregister_device take iommu->lock, then device_list_lock; the dma_unmap callback holds device_list_lock and unpins through iommu->lock)");
+
+	groups[0] = emu_group_of(t, FM_EMU_NAME);
+	groups[1] = emu_group_of(t, FM_EMU_NAME2);
+	c = th_container_of(t, VFIO_TYPE1v2_IOMMU, groups, 2, gfds);
+	dev1 = th_own_fd(t, ioctl(gfds[0], VFIO_GROUP_GET_DEVICE_FD, FM_EMU_NAME));
+	if (dev1 < 0)
+		FAIL("VFIO_GROUP_GET_DEVICE_FD(%s): %s", FM_EMU_NAME, strerror(errno));
+	r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ASSERT_TRUE(r != MAP_FAILED);
+	th_own_mem(t, r, sizeof(*r));
+
+	p = sig_mem(t, MSZ);
+	MAP_OK(c, IOVA_A, p, MSZ);
+	{
+		struct emu e = { .c = c, .dev = dev1, .egfd = gfds[0], .ngfd = -1 };
+
+		ASSERT_EQ(emu_pin(t, &e, IOVA_A + SZ_4K, LO_NPIN, IOMMU_R | IOMMU_W), LO_NPIN);
+	}
+	EXPECT_EQ(th_pins(t), LO_NPIN);
+	EXPECT_EQ(th_vmlck_kb(t), KB(LO_NPIN));
+
+	/* The module's counters add up over the program's tests. */
+	if (ioctl(dev1, FM_EMU_STATS, &s0))
+		FAIL("FM_EMU_STATS: %s", strerror(errno));
+	ASSERT_EQ(vu_write_number("/sys/module/fm_emu/parameters/unmap_delay_ms", LO_DELAY_MS), 0);
+	fflush(stdout);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0)
+		lo_racer(r, c, dev1, gfds[1], unregister, s0.unmap_calls);
+
+	/* A deadlocked process cannot be killed or reaped: do not wait for it. */
+	t0 = vu_now();
+	while (waitpid(pid, &status, WNOHANG) == 0) {
+		if (vu_now() - t0 > LO_TIMEOUT_S) {
+			kill(pid, SIGKILL);
+			vu_write_number("/sys/module/fm_emu/parameters/unmap_delay_ms", 0);
+			FAIL("deadlock: after %d s UNMAP_DMA and the %s of %s are still blocked (stage %d)",
+			     LO_TIMEOUT_S, unregister ? "close" : "open", FM_EMU_NAME2, r->stage);
+		}
+		usleep(10000);
+	}
+	vu_write_number("/sys/module/fm_emu/parameters/unmap_delay_ms", 0);
+	ASSERT_TRUE(WIFEXITED(status));
+	ASSERT_EQ(WEXITSTATUS(status), 0);
+	ASSERT_EQ(r->stage, 3);
+
+	EXPECT_EQ(r->dev_ret, 0);
+	EXPECT_EQ(r->unmap_ret, 0);
+	EXPECT_EQ(r->unmap_size, MSZ);
+	/* It waited for the callback: the race was run, not missed. */
+	th_diag("%s during the callback took %.3f s", unregister ? "close" : "open",
+		r->dev_s);
+	EXPECT_GE((long long)(r->dev_s * 1000), LO_DELAY_MS / 4);
+
+	if (ioctl(dev1, FM_EMU_STATS, &s))
+		FAIL("FM_EMU_STATS: %s", strerror(errno));
+	EXPECT_EQ(s.unmap_calls - s0.unmap_calls, 1);
+	EXPECT_EQ(s.unmap_unpinned - s0.unmap_unpinned, LO_NPIN);
+	EXPECT_EQ(s.pinned_pages, 0);
+	EXPECT_EQ(s.records, 0);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+	/* The container still works. */
+	MAP_OK(c, IOVA_A, p, MSZ);
+	UNMAP_OK(c, IOVA_A, MSZ);
+}
+
+TEST(lockorder_open_device_during_unmap_callback)
+{
+	lo_run(t, false);
+}
+
+TEST(lockorder_close_device_during_unmap_callback)
+{
+	lo_run(t, true);
 }
 
 int main(int argc, char **argv)

@@ -3,18 +3,27 @@
  * fm_emu: a test-only emulated-IOMMU VFIO device.  Loaded by
  * tests/t_emulated.c inside the test guest only.
  *
- * One platform device "fm_emu" is bound to this module's platform driver;
- * its probe registers a vfio_device with vfio_register_emulated_iommu_dev(),
- * which gives it a group of its own (/dev/vfio/<N>, N = the iommu_group of
- * /sys/bus/platform/devices/fm_emu).  Userspace adds the group to a type1
- * container, opens the device by name and drives vfio_pin_pages(),
- * vfio_unpin_pages() and vfio_dma_rw() through the ioctls of fm_emu.h.
+ * Two platform devices, "fm_emu" and "fm_emu.1", are bound to this module's
+ * platform driver; its probe registers a vfio_device with
+ * vfio_register_emulated_iommu_dev(), which gives each a group of its own
+ * (/dev/vfio/<N>, N = the iommu_group of /sys/bus/platform/devices/<name>).
+ * Userspace adds a group to a type1 container, opens the device by name and
+ * drives vfio_pin_pages(), vfio_unpin_pages() and vfio_dma_rw() through the
+ * ioctls of fm_emu.h.
  *
  * Pins are kept as records (one per successful FM_EMU_PIN).  The dma_unmap
  * callback releases every record overlapping the range, as an mdev driver
  * must; close_device releases whatever is left.  Counters are exported by
  * FM_EMU_STATS.
+ *
+ * unmap_delay_ms (module parameter, 0644): when non-zero, the next dma_unmap
+ * callback of a device that holds pins counts itself in unmap_calls, then
+ * sleeps that long before it unpins, and resets the parameter to 0 (one
+ * shot).  The backend holds its device list lock across the callbacks, so
+ * this holds a window open in which userspace opens or closes the other
+ * device while the callback runs (t_emulated's lockorder tests).
  */
+#include <linux/delay.h>
 #include <linux/highmem.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
@@ -40,7 +49,12 @@ struct fm_emu_dev {
 	struct fm_emu_stats stats;
 };
 
-static struct platform_device *fm_emu_pdev;
+static struct platform_device *fm_emu_pdev, *fm_emu_pdev2;
+
+static unsigned int unmap_delay_ms;
+module_param(unmap_delay_ms, uint, 0644);
+MODULE_PARM_DESC(unmap_delay_ms,
+		 "sleep this long in the next dma_unmap callback before unpinning (one shot)");
 
 static struct fm_emu_dev *to_emu(struct vfio_device *vdev)
 {
@@ -212,11 +226,21 @@ static void fm_emu_dma_unmap(struct vfio_device *vdev, u64 iova, u64 length)
 	struct fm_emu_dev *emu = to_emu(vdev);
 	struct fm_emu_rec *rec, *next;
 	u64 last = iova + length - 1;
+	unsigned int delay = 0;
 
 	mutex_lock(&emu->lock);
 	emu->stats.unmap_calls++;
 	emu->stats.last_unmap_iova = iova;
 	emu->stats.last_unmap_len = length;
+	/* Only a device that has pins to drop takes the delay. */
+	if (!list_empty(&emu->records))
+		delay = xchg(&unmap_delay_ms, 0);
+	if (delay) {
+		/* FM_EMU_STATS shows the call while it sleeps. */
+		mutex_unlock(&emu->lock);
+		msleep(delay);
+		mutex_lock(&emu->lock);
+	}
 	list_for_each_entry_safe(rec, next, &emu->records, list) {
 		u64 rlast = rec->iova + ((u64)rec->npage << PAGE_SHIFT) - 1;
 
@@ -322,20 +346,35 @@ static struct platform_driver fm_emu_driver = {
 	.driver_managed_dma = true,
 };
 
+/* One device, bound to the driver; NULL if it could not be created or bound. */
+static struct platform_device *fm_emu_add(int id)
+{
+	struct platform_device *pdev;
+
+	pdev = platform_device_register_simple(FM_EMU_NAME, id, NULL, 0);
+	if (IS_ERR(pdev))
+		return NULL;
+	if (!platform_get_drvdata(pdev)) {
+		platform_device_unregister(pdev);
+		return NULL;
+	}
+	return pdev;
+}
+
 static int __init fm_emu_init(void)
 {
 	int ret = platform_driver_register(&fm_emu_driver);
 
 	if (ret)
 		return ret;
-	fm_emu_pdev = platform_device_register_simple(FM_EMU_NAME,
-						      PLATFORM_DEVID_NONE, NULL, 0);
-	if (IS_ERR(fm_emu_pdev)) {
-		platform_driver_unregister(&fm_emu_driver);
-		return PTR_ERR(fm_emu_pdev);
-	}
-	if (!platform_get_drvdata(fm_emu_pdev)) {
-		platform_device_unregister(fm_emu_pdev);
+	/* "fm_emu" and "fm_emu.1" (FM_EMU_NAME2) */
+	fm_emu_pdev = fm_emu_add(PLATFORM_DEVID_NONE);
+	fm_emu_pdev2 = fm_emu_add(1);
+	if (!fm_emu_pdev || !fm_emu_pdev2) {
+		if (fm_emu_pdev)
+			platform_device_unregister(fm_emu_pdev);
+		if (fm_emu_pdev2)
+			platform_device_unregister(fm_emu_pdev2);
 		platform_driver_unregister(&fm_emu_driver);
 		return -ENODEV;
 	}
@@ -344,6 +383,7 @@ static int __init fm_emu_init(void)
 
 static void __exit fm_emu_exit(void)
 {
+	platform_device_unregister(fm_emu_pdev2);
 	platform_device_unregister(fm_emu_pdev);
 	platform_driver_unregister(&fm_emu_driver);
 }

@@ -14,6 +14,7 @@
 #include <linux/types.h>
 
 #define FM_EMU_NAME	"fm_emu"	/* platform device and vfio device name */
+#define FM_EMU_NAME2	"fm_emu.1"	/* the second device (its own group) */
 #define FM_EMU_MAX_RW	(16u << 20)	/* largest dma_rw buffer */
 
 /*
