@@ -16,8 +16,9 @@
  * Locking: iommu->lock (a mutex) protects everything reachable from a
  * struct fm_iommu except device_list, which has its own mutex so that the
  * dma_unmap callbacks of emulated-IOMMU devices can run without iommu->lock;
- * device_list_lock comes first when both are taken (external.c). Pinning takes the owning mm's mmap_lock (read) inside iommu->lock;
- * accounting takes it for write. Nothing takes iommu->lock under mmap_lock.
+ * device_list_lock comes first when both are taken (external.c). Pinning
+ * takes the owning mm's mmap_lock (read) inside iommu->lock; accounting
+ * takes it for write. Nothing takes iommu->lock under mmap_lock.
  */
 #ifndef _FOLIOMAP_H
 #define _FOLIOMAP_H
