@@ -13,8 +13,11 @@
  * in the VMAs it continues into.  A mapping that starts anywhere else keeps
  * one pin per 4K page everywhere.  VmLck is charged per 4K page always.
  */
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
 #include <sys/shm.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 
 #include "common.h"
 #include "edu.h"
@@ -404,6 +407,43 @@ TEST(shm_hugetlb_segment)
 	UNMAP_OK(c, IOVA_B, size);
 	EXPECT_ACCT(0, 0);
 	EXPECT_EQ(shmdt(p), 0);
+}
+
+/*
+ * A range registered with userfaultfd: GUP would raise its faults, a pin
+ * from the page cache would not, so such a VMA is never pinned by folio.
+ * The pages are present (no fault is raised): one pin per 4K page on
+ * every backend.
+ */
+TEST(memfd2m_userfaultfd_armed)
+{
+	const size_t size = 2 * SZ_2M;
+	int c = th_container(t);
+	char *p = th_mem(t, VU_MEM_MEMFD2M, size);
+	struct uffdio_api api = { .api = UFFD_API };
+	struct uffdio_register reg = {
+		.range = { .start = (uintptr_t)p, .len = size },
+		.mode = UFFDIO_REGISTER_MODE_MISSING,
+	};
+	int uffd = syscall(__NR_userfaultfd, O_CLOEXEC);
+
+	if (uffd < 0)
+		FAIL("userfaultfd: %s", strerror(errno));
+	th_own_fd(t, uffd);
+	ASSERT_EQ(ioctl(uffd, UFFDIO_API, &api), 0);
+	ASSERT_EQ(ioctl(uffd, UFFDIO_REGISTER, &reg), 0);
+
+	MAP_OK(c, IOVA_B, p, size);
+	EXPECT_ACCT(size / SZ_4K, size >> 10);
+	UNMAP_OK(c, IOVA_B, size);
+	EXPECT_ACCT(0, 0);
+
+	/* unregistered, the same range is pinned by folio again */
+	ASSERT_EQ(ioctl(uffd, UFFDIO_UNREGISTER, &reg.range), 0);
+	MAP_OK(c, IOVA_B, p, size);
+	EXPECT_ACCT(exp_pins(2, size / SZ_4K), size >> 10);
+	UNMAP_OK(c, IOVA_B, size);
+	EXPECT_ACCT(0, 0);
 }
 
 /* ------------------------------------------------------------------ */
