@@ -22,6 +22,22 @@ deterministic=${DETERMINISTIC:-0}
 
 is_number() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$|^[.][0-9]+$ ]]; }
 
+# bench_covers "HAVE" "WANT": every word of WANT is in HAVE.
+bench_covers() {
+	local w
+	for w in $2; do
+		[[ " $1 " == *" $w "* ]] || return 1
+	done
+}
+
+# bench_reference "ITEMS" "DEFAULT ITEMS": is this a run on the reference
+# setup (6.12, both backends, at least the default modes/backings/sizes)?
+# Only such a run replaces the *latest.* files the READMEs quote.
+bench_reference() {
+	[ "$kernel" = 6.12 ] && [ "$deterministic" = 0 ] &&
+		bench_covers "${backends//,/ }" "stock foliomap" && bench_covers "$1" "$2"
+}
+
 # bench_check_setup SIZES: validate options, resolve the kernel, check builds.
 bench_check_setup() {
 	local s v
