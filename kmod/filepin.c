@@ -18,10 +18,12 @@
  * join, unmap.c releases one pin per folio and run, and the record, which
  * gives the runs back, is never dropped for such a mapping.
  *
- * Only folios that are already in the page cache are pinned here. An
- * absent folio is left to GUP, which faults it in through the vma as stock
- * does (NUMA policy, hugetlb reservation, userfaultfd), whereas
- * memfd_pin_folios() would allocate it on the local node.
+ * Only folios that are already in the page cache (and not poisoned) are
+ * pinned here, under the inode lock that hole punching needs. An absent
+ * folio is left to GUP, which faults it in through the vma as stock does
+ * (NUMA policy, hugetlb reservation and subpool, cgroup, userfaultfd),
+ * whereas memfd_pin_folios() would allocate it on the local node outside
+ * all of these.
  */
 #include <linux/file.h>
 #include <linux/fs.h>
@@ -71,7 +73,9 @@ bool fm_filepin_applies(struct mm_struct *mm, unsigned long vaddr, bool write)
 
 /*
  * How many of the @npage pages from page index @index of @file are in the
- * page cache, without a gap, and below i_size.
+ * page cache, without a gap, below i_size and not hardware-poisoned (GUP
+ * refuses a poisoned folio: it is left to GUP to report). The caller holds
+ * the inode lock, so no hole can appear before the pin.
  */
 static unsigned long fm_filepin_present(struct file *file, pgoff_t index,
 					unsigned long npage)
@@ -80,6 +84,7 @@ static unsigned long fm_filepin_present(struct file *file, pgoff_t index,
 	pgoff_t eof = i_size_read(file_inode(file)) >> PAGE_SHIFT;
 	pgoff_t last, next;
 	struct folio_batch fbatch;
+	bool stop = false;
 
 	if (index >= eof)
 		return 0;
@@ -88,9 +93,16 @@ static unsigned long fm_filepin_present(struct file *file, pgoff_t index,
 	next = round_down(index, pages_per_huge_page(hstate_file(file)));
 
 	folio_batch_init(&fbatch);
-	while (next <= last) {
-		unsigned int nr = filemap_get_folios_contig(mapping, &next, last, &fbatch);
+	while (!stop && next <= last) {
+		unsigned int i, nr = filemap_get_folios_contig(mapping, &next, last, &fbatch);
 
+		for (i = 0; i < nr; i++) {
+			if (folio_test_hwpoison(fbatch.folios[i])) {
+				next = fbatch.folios[i]->index;
+				stop = true;
+				break;
+			}
+		}
 		folio_batch_release(&fbatch);
 		if (!nr)
 			break;
@@ -123,13 +135,19 @@ long fm_filepin(struct mm_struct *mm, unsigned long vaddr, unsigned long npage,
 	/*
 	 * The folios are those the vma mapped when it was looked up; a
 	 * concurrent munmap() leaves them pinned as it would leave GUP's.
+	 * Hole punching and truncation take the inode lock exclusively:
+	 * held shared, every folio found present is still there for
+	 * memfd_pin_folios(), which therefore never allocates one (that
+	 * would bypass the vma's reservation, subpool and cgroup charge).
 	 */
+	inode_lock_shared(file_inode(file));
 	npage = fm_filepin_present(file, index, npage);
 	ret = 0;
 	if (npage)
 		ret = fm_compat_memfd_pin_folios(file, (loff_t)index << PAGE_SHIFT,
 						 ((loff_t)(index + npage) << PAGE_SHIFT) - 1,
 						 folios, max_folios, &offset);
+	inode_unlock_shared(file_inode(file));
 	fput(file);
 	/* Any failure is GUP's to report, as stock would. */
 	if (ret <= 0)

@@ -294,6 +294,8 @@ static long fm_fill_pfnmap(struct fm_batch *b, struct mm_struct *mm,
 		}
 		ret = fm_follow_pfn(vma, addr, write, &pfn, &n);
 		if (ret == -EAGAIN) {
+			/* mmap_lock was dropped: look the vma up again. */
+			ret = 0;
 			vma = NULL;
 			continue;
 		}
