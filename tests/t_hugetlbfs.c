@@ -765,4 +765,38 @@ TEST(memfd2m_killed_during_large_map)
 	}
 }
 
+/*
+ * A hardware-poisoned folio (MADV_HWPOISON from a child that maps the same
+ * memfd; on 6.12 the injection kills it with SIGBUS) stays in the page cache, but
+ * GUP refuses it: a MAP_DMA over it fails -EFAULT on every backend with
+ * nothing pinned or charged, and the folio before it still maps. Last in
+ * this program: the poisoned hugepage never returns to the pool.
+ */
+TEST(memfd2m_hwpoisoned_folio)
+{
+	const size_t size = 2 * SZ_2M;
+	int c = th_container(t);
+	char *p = th_mem(t, VU_MEM_MEMFD2M, size);
+	int status;
+	pid_t pid;
+
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0)
+		_exit(madvise(p + SZ_2M, SZ_4K, MADV_HWPOISON) ? errno : 0);
+	ASSERT_EQ(waitpid(pid, &status, 0), pid);
+	if (WIFEXITED(status) && (WEXITSTATUS(status) == EINVAL || WEXITSTATUS(status) == EPERM))
+		SKIP("MADV_HWPOISON: %s", strerror(WEXITSTATUS(status)));
+	/* 6.12 kills the injecting process, 6.1 returns 0 to it */
+	if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGBUS)
+		ASSERT_EQ(status, 0);
+
+	EXPECT_EQ(vu_map(c, IOVA_B, p, size, RW), -EFAULT);
+	EXPECT_ACCT(0, 0);
+	MAP_OK(c, IOVA_B, p, SZ_2M);
+	EXPECT_ACCT(exp_pins(1, SZ_2M / SZ_4K), SZ_2M >> 10);
+	UNMAP_OK(c, IOVA_B, SZ_2M);
+	EXPECT_ACCT(0, 0);
+}
+
 TEST_HARNESS_MAIN
