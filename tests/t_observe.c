@@ -210,6 +210,15 @@ TEST(tracepoints_map_unmap)
 	c = th_container(t);
 	thp = th_mem(t, VU_MEM_THP, THP_SIZE);
 	small = th_anon(t, 16 * SZ_4K);
+	/*
+	 * Enabling an event also starts recording comms and tgids, which
+	 * live-patches the scheduler's sched_switch/sched_wakeup sites while
+	 * the other vCPU runs them: under QEMU TCG that once left a stale
+	 * int3 in ttwu_do_activate() (an Oops in the rig, not in foliomap).
+	 * Only foliomap's own sites are patched with both off.
+	 */
+	write_file(t, TRACEFS "/options/record-cmd", "0");
+	write_file(t, TRACEFS "/options/record-tgid", "0");
 	write_file(t, TRACEFS "/events/foliomap/enable", "1");
 	write_file(t, TRACEFS "/trace", "");
 	MAP_OK(c, IOVA_A, thp, THP_SIZE);
