@@ -308,4 +308,62 @@ static inline void th_set_memlock(struct th *t, unsigned long long bytes)
 } while (0)
 #define UNMAP_OK(c, iova, size)	UNMAP_RANGE(c, iova, size, size)
 
+
+/*
+ * A mapper to SIGKILL in the middle of a large MAP_DMA. The child sets up a
+ * v2 container on @group, takes @size bytes from @mem (so the memory is the
+ * child's own), writes 'R' to a pipe, maps it all at @iova, then writes 'D'
+ * (done) or 'E' (failed) and waits to be killed. Returns its pid after 'R'
+ * was read; *@rfd is the pipe's read end, now non-blocking, for the
+ * caller's watch loop to read 'D'/'E' from.
+ */
+static inline pid_t th_mapper_start(struct th *t, int group, void *(*mem)(size_t),
+				    size_t size, uint64_t iova, int *rfd)
+{
+	char ready = 0;
+	int pfd[2];
+	pid_t pid;
+
+	ASSERT_EQ(pipe(pfd), 0);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		int gfd, c = vu_container_setup(&group, 1, VFIO_TYPE1v2_IOMMU, &gfd);
+		void *p = mem(size);
+		int ret;
+
+		close(pfd[0]);
+		if (c < 0 || !p)
+			_exit(2);
+		if (write(pfd[1], "R", 1) != 1)
+			_exit(3);
+		ret = vu_map(c, iova, p, size, RW);
+		if (write(pfd[1], ret ? "E" : "D", 1) != 1)
+			_exit(4);
+		pause();
+		_exit(0);
+	}
+	close(pfd[1]);
+	ASSERT_EQ(read(pfd[0], &ready, 1), 1);
+	ASSERT_EQ(ready, 'R');
+	ASSERT_EQ(fcntl(pfd[0], F_SETFL, O_NONBLOCK), 0);
+	*rfd = pfd[0];
+	return pid;
+}
+
+/*
+ * SIGKILL the mapper and reap it; closes @rfd. Returns what it reported
+ * ('D', 'E', or 0 while still mapping) given @done, what the watch loop
+ * read; *@status: its wait status.
+ */
+static inline char th_mapper_kill(struct th *t, pid_t pid, int rfd, char done, int *status)
+{
+	kill(pid, SIGKILL);
+	ASSERT_EQ(waitpid(pid, status, 0), pid);
+	if (!done && read(rfd, &done, 1) != 1)
+		done = 0;
+	close(rfd);
+	return done;
+}
+
 #endif

@@ -1003,6 +1003,7 @@ TEST(dirty_scope_emulated_only)
 /* lock order: a device opened or closed while a dma_unmap callback runs */
 
 #define LO_DELAY_MS	1000	/* the callback's sleep (fm_emu unmap_delay_ms) */
+#define LO_DELAY_PARAM	"/sys/module/fm_emu/parameters/unmap_delay_ms"
 #define LO_TIMEOUT_S	30	/* the racing process must be done by then */
 #define LO_NPIN		4
 
@@ -1124,7 +1125,7 @@ static void lo_run(struct th *t, bool unregister)
 	/* The module's counters add up over the program's tests. */
 	if (ioctl(dev1, FM_EMU_STATS, &s0))
 		FAIL("FM_EMU_STATS: %s", strerror(errno));
-	ASSERT_EQ(vu_write_number("/sys/module/fm_emu/parameters/unmap_delay_ms", LO_DELAY_MS), 0);
+	ASSERT_EQ(vu_write_number(LO_DELAY_PARAM, LO_DELAY_MS), 0);
 	fflush(stdout);
 	pid = fork();
 	ASSERT_GE(pid, 0);
@@ -1136,13 +1137,13 @@ static void lo_run(struct th *t, bool unregister)
 	while (waitpid(pid, &status, WNOHANG) == 0) {
 		if (vu_now() - t0 > LO_TIMEOUT_S) {
 			kill(pid, SIGKILL);
-			vu_write_number("/sys/module/fm_emu/parameters/unmap_delay_ms", 0);
+			vu_write_number(LO_DELAY_PARAM, 0);
 			FAIL("deadlock: after %d s UNMAP_DMA and the %s of %s are still blocked (stage %d)",
 			     LO_TIMEOUT_S, unregister ? "close" : "open", FM_EMU_NAME2, r->stage);
 		}
 		usleep(10000);
 	}
-	vu_write_number("/sys/module/fm_emu/parameters/unmap_delay_ms", 0);
+	vu_write_number(LO_DELAY_PARAM, 0);
 	ASSERT_TRUE(WIFEXITED(status));
 	ASSERT_EQ(WEXITSTATUS(status), 0);
 	ASSERT_EQ(r->stage, 3);

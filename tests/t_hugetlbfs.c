@@ -682,57 +682,39 @@ TEST(memfd2m_dirty_tracking)
 /* ------------------------------------------------------------------ */
 /* a process killed while it maps 1 GiB of unpopulated memfd2m */
 
+/* A 2M-hugetlbfs memfd mapping, not populated: the map faults it in. */
+static void *memfd2m_untouched(size_t size)
+{
+	int fd = vu_memfd2m_create(size);
+	void *p = fd < 0 ? MAP_FAILED :
+		  mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
 TEST(memfd2m_killed_during_large_map)
 {
 	const size_t size = SZ_1G;
 	const long long nfolios = size / SZ_2M;
 	long refcnt0 = vu_module_refcnt(th_backend_module());
 	long long nr0 = vu_read_number(NR_2M), free0, at_kill = 0, faulted = 0, fr = -1;
-	int groups[1], rfd[2], status, i;
-	char ready = 0, done = 0;
+	int groups[1], rfd, status, i;
+	char done = 0;
 	pid_t pid;
 
 	th_e1000e_groups(t, groups, 1);
 	huge_reserve(t, nfolios);
 	free0 = vu_read_number(FREE_2M);
-	ASSERT_EQ(pipe(rfd), 0);
-	pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		int gfd, c = vu_container_setup(groups, 1, VFIO_TYPE1v2_IOMMU, &gfd);
-		int fd = vu_memfd2m_create(size);
-		char *p = fd < 0 ? MAP_FAILED :
-			  mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		int ret;
-
-		close(rfd[0]);
-		if (c < 0 || p == MAP_FAILED)
-			_exit(2);
-		if (write(rfd[1], "R", 1) != 1)
-			_exit(3);
-		ret = vu_map(c, IOVA_B, p, size, RW);
-		if (write(rfd[1], ret ? "E" : "D", 1) != 1)
-			_exit(4);
-		pause();
-		_exit(0);
-	}
-	close(rfd[1]);
-	ASSERT_EQ(read(rfd[0], &ready, 1), 1);
-	ASSERT_EQ(ready, 'R');
-	ASSERT_EQ(fcntl(rfd[0], F_SETFL, O_NONBLOCK), 0);
+	pid = th_mapper_start(t, groups[0], memfd2m_untouched, size, IOVA_B, &rfd);
 	/* kill once 16 folios (32M) were faulted in by the map */
 	for (i = 0; i < 3000; i++) {
 		faulted = free0 - vu_read_number(FREE_2M);
-		if (faulted >= 16 || read(rfd[0], &done, 1) == 1)
+		if (faulted >= 16 || read(rfd, &done, 1) == 1)
 			break;
 		usleep(2000);
 	}
 	at_kill = th_pins(t);
-	kill(pid, SIGKILL);
-	ASSERT_EQ(waitpid(pid, &status, 0), pid);
-	if (!done && read(rfd[0], &done, 1) != 1)
-		done = 0;
-	close(rfd[0]);
+	done = th_mapper_kill(t, pid, rfd, done, &status);
 	th_diag("killed with %lld of %lld folios faulted in, %lld pages pinned (map %s)",
 		faulted, nfolios, at_kill,
 		done == 'D' ? "had finished" : done == 'E' ? "had failed" : "in progress");

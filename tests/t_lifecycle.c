@@ -156,53 +156,33 @@ TEST_V12(lc_threads_map_unmap)
 /* ------------------------------------------------------------------ */
 /* a process killed while it maps 1 GiB */
 
+/* 4K shmem, not populated: the map faults every page in */
+static void *shm_unpopulated(size_t size)
+{
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
 TEST(lc_killed_during_large_map)
 {
 	const size_t size = SZ_1G;
 	long refcnt0 = vu_module_refcnt(th_backend_module());
-	int groups[1], rfd[2], status, i;
-	char ready = 0, done = 0;
+	int groups[1], rfd, status, i;
+	char done = 0;
 	long long at_kill = 0;
 	pid_t pid;
 
 	th_e1000e_groups(t, groups, 1);
-	ASSERT_EQ(pipe(rfd), 0);
-	pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		int gfd, c = vu_container_setup(groups, 1, VFIO_TYPE1v2_IOMMU, &gfd);
-		/* 4K shmem, not populated: the map faults every page in */
-		char *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-			       -1, 0);
-		int ret;
-
-		close(rfd[0]);
-		if (c < 0 || p == MAP_FAILED)
-			_exit(2);
-		if (write(rfd[1], "R", 1) != 1)
-			_exit(3);
-		ret = vu_map(c, 0x40000000, p, size, RW);
-		if (write(rfd[1], ret ? "E" : "D", 1) != 1)
-			_exit(4);
-		pause();
-		_exit(0);
-	}
-	close(rfd[1]);
-	ASSERT_EQ(read(rfd[0], &ready, 1), 1);
-	ASSERT_EQ(ready, 'R');
-	ASSERT_EQ(fcntl(rfd[0], F_SETFL, O_NONBLOCK), 0);
+	pid = th_mapper_start(t, groups[0], shm_unpopulated, size, 0x40000000, &rfd);
 	/* kill once a few thousand pages are pinned */
 	for (i = 0; i < 3000; i++) {
 		at_kill = th_pins(t);
-		if (at_kill >= 4096 || read(rfd[0], &done, 1) == 1)
+		if (at_kill >= 4096 || read(rfd, &done, 1) == 1)
 			break;
 		usleep(10000);
 	}
-	kill(pid, SIGKILL);
-	ASSERT_EQ(waitpid(pid, &status, 0), pid);
-	if (!done && read(rfd[0], &done, 1) != 1)
-		done = 0;
-	close(rfd[0]);
+	done = th_mapper_kill(t, pid, rfd, done, &status);
 	th_diag("killed with %lld pages pinned (map %s)", at_kill,
 		done == 'D' ? "had finished" : done == 'E' ? "had failed" : "in progress");
 	EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
