@@ -58,15 +58,21 @@ static bool fm_filepin_vma_ok(struct vm_area_struct *vma, bool write, bool forei
 	return arch_vma_access_permitted(vma, write, false, foreign);
 }
 
+/* The vma at @vaddr if fm_filepin() may pin from it, else NULL; mmap_lock held. */
+static struct vm_area_struct *fm_filepin_vma(struct mm_struct *mm, unsigned long vaddr,
+					     bool write)
+{
+	struct vm_area_struct *vma = vma_lookup(mm, fm_compat_untagged_addr(mm, vaddr));
+
+	return vma && fm_filepin_vma_ok(vma, write, mm != current->mm) ? vma : NULL;
+}
+
 bool fm_filepin_applies(struct mm_struct *mm, unsigned long vaddr, bool write)
 {
-	struct vm_area_struct *vma;
-	bool ok = false;
+	bool ok;
 
 	mmap_read_lock(mm);
-	vma = vma_lookup(mm, fm_compat_untagged_addr(mm, vaddr));
-	if (vma)
-		ok = fm_filepin_vma_ok(vma, write, mm != current->mm);
+	ok = fm_filepin_vma(mm, vaddr, write);
 	mmap_read_unlock(mm);
 	return ok;
 }
@@ -121,12 +127,12 @@ long fm_filepin(struct mm_struct *mm, unsigned long vaddr, unsigned long npage,
 	long ret;
 
 	mmap_read_lock(mm);
-	addr = fm_compat_untagged_addr(mm, vaddr);
-	vma = vma_lookup(mm, addr);
-	if (!vma || !fm_filepin_vma_ok(vma, write, mm != current->mm)) {
+	vma = fm_filepin_vma(mm, vaddr, write);
+	if (!vma) {
 		mmap_read_unlock(mm);
 		return 0;
 	}
+	addr = fm_compat_untagged_addr(mm, vaddr);
 	file = get_file(vma->vm_file);
 	index = vma->vm_pgoff + ((addr - vma->vm_start) >> PAGE_SHIFT);
 	npage = min(npage, (vma->vm_end - addr) >> PAGE_SHIFT);
