@@ -7,13 +7,16 @@
 #ifndef FOLIOMAP_TESTS_COMMON_H
 #define FOLIOMAP_TESTS_COMMON_H
 
+#include "harness.h"	/* first: it defines _GNU_SOURCE */
+
+#include <poll.h>
+#include <pthread.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <linux/capability.h>
-
-#include "harness.h"
+#include <linux/userfaultfd.h>
 
 #define SZ_4K		0x1000ULL
 #define SZ_2M		0x200000ULL
@@ -364,6 +367,77 @@ static inline char th_mapper_kill(struct th *t, pid_t pid, int rfd, char done, i
 		done = 0;
 	close(rfd);
 	return done;
+}
+
+/*
+ * A userfaultfd with [@p, @p + @len) registered in @mode (UFFDIO_REGISTER_
+ * MODE_*), closed by the harness. Nobody reads it: a fault it raises is
+ * never served, so a kernel that waits for it waits until the fd closes.
+ */
+static inline int th_uffd_register(struct th *t, void *p, size_t len, __u64 mode)
+{
+	struct uffdio_api api = { .api = UFFD_API };
+	struct uffdio_register reg = {
+		.range = { .start = (uintptr_t)p, .len = len },
+		.mode = mode,
+	};
+	int uffd = syscall(__NR_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+
+	if (uffd < 0)
+		FAIL("userfaultfd: %s", strerror(errno));
+	th_own_fd(t, uffd);
+	ASSERT_EQ(ioctl(uffd, UFFDIO_API, &api), 0);
+	ASSERT_EQ(ioctl(uffd, UFFDIO_REGISTER, &reg), 0);
+	return uffd;
+}
+
+/*
+ * A call that must not block, run in a thread of its own so that a kernel
+ * that does block fails the test instead of hanging it: th_call_start()
+ * runs @fn(@arg), th_call_wait() waits up to @ms for it to return (false
+ * if it did not); th_call_join() then waits for good (the caller first
+ * undoes whatever blocks it, e.g. closes a userfaultfd) and returns its
+ * result.
+ */
+struct th_call {
+	pthread_t	thread;
+	int		pipe[2];
+	long		(*fn)(void *arg);
+	void		*arg;
+	long		ret;
+};
+
+static inline void *th_call_thread(void *data)
+{
+	struct th_call *c = data;
+
+	c->ret = c->fn(c->arg);
+	if (write(c->pipe[1], "x", 1) != 1)
+		abort();
+	return NULL;
+}
+
+static inline void th_call_start(struct th *t, struct th_call *c, long (*fn)(void *), void *arg)
+{
+	c->fn = fn;
+	c->arg = arg;
+	ASSERT_EQ(pipe(c->pipe), 0);
+	ASSERT_EQ(pthread_create(&c->thread, NULL, th_call_thread, c), 0);
+}
+
+static inline bool th_call_wait(struct th_call *c, int ms)
+{
+	struct pollfd pfd = { .fd = c->pipe[0], .events = POLLIN };
+
+	return poll(&pfd, 1, ms) == 1;
+}
+
+static inline long th_call_join(struct th_call *c)
+{
+	pthread_join(c->thread, NULL);
+	close(c->pipe[0]);
+	close(c->pipe[1]);
+	return c->ret;
 }
 
 #endif

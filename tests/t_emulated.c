@@ -1179,6 +1179,163 @@ TEST(lockorder_close_device_during_unmap_callback)
 	lo_run(t, true);
 }
 
+/* ------------------------------------------------------------------ */
+/* rules GUP enforces: VM_IO vmas, userfaultfd faults nobody serves */
+
+/* 64K of fm_emu's driver-owned memory: one large folio in a VM_IO vma. */
+static void *emu_vm_io(struct th *t, struct emu *e, void *at)
+{
+	void *p = mmap(at, FM_EMU_MMAP_MAX, PROT_READ | PROT_WRITE,
+		       MAP_SHARED | (at ? MAP_FIXED : 0), e->dev, 0);
+
+	if (p == MAP_FAILED)
+		FAIL("mmap of the fm_emu device: %s", strerror(errno));
+	if (!at)
+		th_own_mem(t, p, FM_EMU_MMAP_MAX);
+	return p;
+}
+
+/*
+ * GUP refuses VM_IO vmas, so stock never pins driver-owned pages mapped
+ * there, even with struct pages and ordinary ptes: -EFAULT, nothing pinned
+ * or charged, for device-readable (no write fault, no file-backed write
+ * rule to trip over) and device-writable mappings alike.
+ */
+TEST_V12(vm_io_mapping_refused)
+{
+	struct emu e;
+	void *p;
+
+	emu_setup(t, &e, t->type, true);
+	p = emu_vm_io(t, &e, NULL);
+	EXPECT_EQ(vu_map(e.c, IOVA_A, p, FM_EMU_MMAP_MAX, VFIO_DMA_MAP_FLAG_READ), -EFAULT);
+	EXPECT_EQ(vu_map(e.c, IOVA_A, p, FM_EMU_MMAP_MAX, RW), -EFAULT);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_EQ(th_dma_avail(e.c), th_param_read("dma_entry_limit"));
+}
+
+/*
+ * The VM_IO vma right after 4 MiB of ordinary memory, in one MAP_DMA: it
+ * is reached by a later pin batch than the first, after ordinary pages
+ * were pinned. -EFAULT and everything released; the ordinary part alone
+ * maps.
+ */
+TEST(vm_io_after_ordinary_memory)
+{
+	const size_t head = 1024 * SZ_4K, size = head + FM_EMU_MMAP_MAX;
+	struct emu e;
+	char *p;
+
+	emu_v2(t, &e, true);
+	p = th_anon(t, size);
+	memset(p, 1, head);
+	emu_vm_io(t, &e, p + head);
+	EXPECT_EQ(vu_map(e.c, IOVA_A, p, size, VFIO_DMA_MAP_FLAG_READ), -EFAULT);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+	MAP_OK(e.c, IOVA_A, p, head);
+	EXPECT_EQ(th_pins(t), 1024);
+	UNMAP_OK(e.c, IOVA_A, head);
+	EXPECT_EQ(th_pins(t), 0);
+}
+
+static long emu_pin_fn(void *arg)
+{
+	struct emu *e = arg;
+	struct fm_emu_pin p = { .iova = IOVA_A, .npage = 1, .prot = IOMMU_R | IOMMU_W };
+
+	return ioctl(e->dev, FM_EMU_PIN, &p) ? -errno : p.ret;
+}
+
+static long emu_attach_fn(void *arg)
+{
+	int *cg = arg;	/* container, group */
+
+	return vu_group_attach(cg[0], cg[1]);
+}
+
+/* Private 4K memory never touched, registered for missing faults. */
+static void *uffd_mem(struct th *t, size_t size, int *uffd)
+{
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	ASSERT_NE(p, MAP_FAILED);
+	th_own_mem(t, p, size);
+	ASSERT_EQ(madvise(p, size, MADV_NOHUGEPAGE), 0);
+	*uffd = th_uffd_register(t, p, size, UFFDIO_REGISTER_MODE_MISSING);
+	return p;
+}
+
+/*
+ * Wait for @c; if it still waits for a fault after 5 s, close @uffd so
+ * that it can finish, and fail. Returns its result.
+ */
+static long uffd_call_answers(struct th *t, struct th_call *c, int uffd, const char *what)
+{
+	bool done = th_call_wait(c, 5000);
+	long ret;
+
+	if (!done)
+		th_close(t, uffd);
+	ret = th_call_join(c);
+	if (!done) {
+		th_diag("%s waited for a userfaultfd fault nobody serves (then %ld)", what, ret);
+		t->failed = true;
+	}
+	return ret;
+}
+
+/* pin_pages of a missing page in such a range: -EFAULT at once, as stock. */
+TEST(pin_userfaultfd_unserved)
+{
+	struct th_call call;
+	struct emu e;
+	int uffd;
+	void *p;
+
+	emu_v2(t, &e, false);
+	p = uffd_mem(t, MSZ, &uffd);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	th_call_start(t, &call, emu_pin_fn, &e);
+	EXPECT_EQ(uffd_call_answers(t, &call, uffd, "pin_pages"), -EFAULT);
+	EXPECT_EQ(emu_stats(t, &e).records, 0);
+	if (emu_stats(t, &e).records)
+		emu_unpin(t, &e, IOVA_A, 1);
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+}
+
+/*
+ * An IOMMU group joining a container whose mapping (made while only the
+ * emulated group was there, so nothing was pinned) covers such a range:
+ * the replay pins it, gets -EFAULT at once as stock, and the group is
+ * refused with nothing pinned.
+ */
+TEST(replay_userfaultfd_unserved)
+{
+	struct th_call call;
+	int cg[2], uffd;
+	struct emu e;
+	long gfd;
+	void *p;
+
+	emu_v2(t, &e, false);
+	p = uffd_mem(t, MSZ, &uffd);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	cg[0] = e.c;
+	th_e1000e_groups(t, &cg[1], 1);
+	th_call_start(t, &call, emu_attach_fn, cg);
+	gfd = uffd_call_answers(t, &call, uffd, "the replay of an attach");
+	if (gfd >= 0)
+		th_close(t, th_own_fd(t, gfd));
+	EXPECT_EQ(gfd, -EFAULT);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+}
+
 int main(int argc, char **argv)
 {
 	int ret;

@@ -11,6 +11,8 @@
  *                            core frees the device itself)
  *   FM_EMU_PLATFORM_REMOVE() the platform_driver member for a void remove
  *                            callback: .remove from 6.11, .remove_new before
+ *   FM_EMU_VM_FLAGS_SET()    set vma flags in an mmap handler: vm_flags_set()
+ *                            from 6.3, a plain write before
  */
 #ifndef FM_EMU_COMPAT_H
 #define FM_EMU_COMPAT_H
@@ -35,6 +37,12 @@
 #define FM_EMU_PLATFORM_REMOVE(fn)	.remove = (fn)
 #else
 #define FM_EMU_PLATFORM_REMOVE(fn)	.remove_new = (fn)
+#endif
+
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
+#define FM_EMU_VM_FLAGS_SET(vma, flags)	vm_flags_set(vma, flags)
+#else
+#define FM_EMU_VM_FLAGS_SET(vma, flags)	((vma)->vm_flags |= (flags))
 #endif
 
 #endif /* FM_EMU_COMPAT_H */

@@ -22,9 +22,15 @@
  * shot).  The backend holds its device list lock across the callbacks, so
  * this holds a window open in which userspace opens or closes the other
  * device while the callback runs (t_emulated's lockorder tests).
+ *
+ * mmap of the device fd: driver-owned memory in a VM_IO vma, the way some
+ * drivers hand out their buffers: ordinary pages of one large folio
+ * (FM_EMU_MMAP_MAX at most), inserted with vm_insert_page(), so their ptes
+ * are not special. GUP refuses VM_IO vmas; a type1 backend must too.
  */
 #include <linux/delay.h>
 #include <linux/highmem.h>
+#include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/platform_device.h>
@@ -284,6 +290,28 @@ static int fm_emu_init_dev(struct vfio_device *vdev)
 	return 0;
 }
 
+/*
+ * The folio is freed when the last pte (or pin) lets go of it: each
+ * vm_insert_page() takes a reference, ours is dropped right away.
+ */
+static int fm_emu_mmap(struct vfio_device *vdev, struct vm_area_struct *vma)
+{
+	unsigned long size = vma->vm_end - vma->vm_start, off;
+	struct page *page;
+	int ret = 0;
+
+	if (vma->vm_pgoff || size > FM_EMU_MMAP_MAX)
+		return -EINVAL;
+	page = alloc_pages(GFP_KERNEL | __GFP_COMP | __GFP_ZERO, get_order(size));
+	if (!page)
+		return -ENOMEM;
+	FM_EMU_VM_FLAGS_SET(vma, VM_IO | VM_DONTEXPAND | VM_DONTDUMP);
+	for (off = 0; off < size && !ret; off += PAGE_SIZE)
+		ret = vm_insert_page(vma, vma->vm_start + off, page + (off >> PAGE_SHIFT));
+	put_page(page);
+	return ret;
+}
+
 #ifdef FM_EMU_RELEASE_MUST_FREE
 static void fm_emu_release_dev(struct vfio_device *vdev)
 {
@@ -300,6 +328,7 @@ static const struct vfio_device_ops fm_emu_ops = {
 	.open_device	= fm_emu_open_device,
 	.close_device	= fm_emu_close_device,
 	.ioctl		= fm_emu_ioctl,
+	.mmap		= fm_emu_mmap,
 	.dma_unmap	= fm_emu_dma_unmap,
 #ifdef FM_EMU_HAVE_IOMMUFD_OPS
 	.bind_iommufd	= vfio_iommufd_emulated_bind,

@@ -16,6 +16,7 @@
 #define FM_EMU_NAME	"fm_emu"	/* platform device and vfio device name */
 #define FM_EMU_NAME2	"fm_emu.1"	/* the second device (its own group) */
 #define FM_EMU_MAX_RW	(16u << 20)	/* largest dma_rw buffer */
+#define FM_EMU_MMAP_MAX	(64u << 10)	/* largest mmap of the device fd */
 
 /*
  * vfio_pin_pages(iova, npage, prot). ret = its return value (npage or
