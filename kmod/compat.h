@@ -18,6 +18,9 @@
  *   FM_HAVE_UNTAGGED_ADDR_REMOTE  untagged_addr_remote(mm, addr)
  *   FM_HAVE_DRIVER_OPS_NOTIFY     struct vfio_iommu_driver_ops has notify
  *   FM_HAVE_MEMFD_PIN_FOLIOS      memfd_pin_folios() pins a file's folios
+ *   FM_HAVE_MM_LOCK_SEQCOUNT      mm->mm_lock_seq is a seqcount_t that every
+ *                                 mmap_write_lock() section writes (Debian
+ *                                 6.12 has it; 6.1 has no per-VMA locks)
  *
  * Stock type1 behaviour that differs (uAPI answers foliomap gives exactly
  * as the stock driver of the same kernel does):
@@ -67,6 +70,9 @@
 #define FM_HAVE_UNTAGGED_ADDR_REMOTE
 #define FM_HAVE_INFO_FULL_WRITEBACK
 #define FM_HAVE_MEMFD_PIN_FOLIOS
+#ifdef CONFIG_PER_VMA_LOCK
+#define FM_HAVE_MM_LOCK_SEQCOUNT
+#endif
 #endif
 
 /* Long-term pin of up to @nr pages of @mm at @start; as GUP returns. */
@@ -228,6 +234,35 @@ static inline long fm_compat_memfd_pin_folios(struct file *file, loff_t start,
 	return memfd_pin_folios(file, start, end, folios, max_folios, offset);
 #else
 	return -EOPNOTSUPP;
+#endif
+}
+
+/*
+ * Work done without mmap_lock (GUP-fast), then checked under it: begin
+ * gives a token, and retry, called with mmap_lock held, says whether a
+ * mmap_write_lock() section (munmap, mmap, mprotect, ...) began since. No
+ * write section began (and none was running at begin): the vmas seen under
+ * the lock are the ones the lockless work saw. Upstream 6.13 names this
+ * mmap_lock_speculate_try_begin()/_retry(). Without the seqcount (6.1),
+ * begin says no and the caller takes the lock for the work itself.
+ */
+static inline bool fm_compat_mm_speculate_begin(struct mm_struct *mm, unsigned int *seq)
+{
+#ifdef FM_HAVE_MM_LOCK_SEQCOUNT
+	*seq = raw_read_seqcount(&mm->mm_lock_seq);
+	return !(*seq & 1);
+#else
+	return false;
+#endif
+}
+
+static inline bool fm_compat_mm_speculate_retry(struct mm_struct *mm, unsigned int seq)
+{
+#ifdef FM_HAVE_MM_LOCK_SEQCOUNT
+	mmap_assert_locked(mm);
+	return read_seqcount_retry(&mm->mm_lock_seq, seq);
+#else
+	return true;
 #endif
 }
 

@@ -69,12 +69,8 @@ static struct vm_area_struct *fm_filepin_vma(struct mm_struct *mm, unsigned long
 
 bool fm_filepin_applies(struct mm_struct *mm, unsigned long vaddr, bool write)
 {
-	bool ok;
-
-	mmap_read_lock(mm);
-	ok = fm_filepin_vma(mm, vaddr, write);
-	mmap_read_unlock(mm);
-	return ok;
+	mmap_assert_locked(mm);
+	return fm_filepin_vma(mm, vaddr, write);
 }
 
 /*
@@ -126,7 +122,7 @@ long fm_filepin(struct mm_struct *mm, unsigned long vaddr, unsigned long npage,
 	pgoff_t index, offset;
 	long ret;
 
-	mmap_read_lock(mm);
+	mmap_assert_locked(mm);
 	vma = fm_filepin_vma(mm, vaddr, write);
 	if (!vma) {
 		mmap_read_unlock(mm);
@@ -145,9 +141,20 @@ long fm_filepin(struct mm_struct *mm, unsigned long vaddr, unsigned long npage,
 	 * held shared, every folio found present is still there for
 	 * memfd_pin_folios(), which therefore never allocates one (that
 	 * would bypass the vma's reservation, subpool and cgroup charge).
+	 *
+	 * Seals are added under the inode lock too. GUP pins under
+	 * mmap_lock, so a writable vma exists when it pins and F_SEAL_WRITE
+	 * then fails (the pins are seen); here the vma may have gone since
+	 * the lookup and a seal come in between. So a writable pin needs a
+	 * writable shared mapping of the file to exist now: then F_SEAL_WRITE
+	 * is not set (it needs every writable mapping gone and keeps new ones
+	 * out), and an F_SEAL_WRITE after the unlock sees these pins.
 	 */
 	inode_lock_shared(file_inode(file));
-	npage = fm_filepin_present(file, index, npage);
+	if (write && !mapping_writably_mapped(file->f_mapping))
+		npage = 0;
+	else
+		npage = fm_filepin_present(file, index, npage);
 	ret = 0;
 	if (npage)
 		ret = fm_compat_memfd_pin_folios(file, (loff_t)index << PAGE_SHIFT,

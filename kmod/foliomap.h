@@ -147,9 +147,10 @@ struct fm_dma {
 	 * is exactly what is pinned and mapped. Unmap and replay use it
 	 * instead of asking the IOMMU page by page. NULL when the memory
 	 * was too fragmented (rec_dropped), when no memory was free, or
-	 * while nothing is pinned.
+	 * while nothing is pinned. Points to rec_one while it has one entry.
 	 */
 	struct fm_run		*rec;
+	struct fm_run		rec_one;
 	unsigned int		rec_nr;
 	unsigned int		rec_max;
 	unsigned long		rec_pages;
@@ -230,7 +231,9 @@ int fm_pin_one(struct fm_dma *dma, unsigned long vaddr, unsigned long *pfn);
  * already in the page cache behind up to @npage pages at @vaddr, at most
  * @max_folios; returns their number with *@first the page of the first
  * folio at @vaddr, or 0 when GUP is to pin (and report errors) instead.
- * Both take mmap_read_lock of @mm themselves.
+ * Both are called with mmap_read_lock of @mm held; fm_filepin() always
+ * returns with it released (the inode lock it takes must not nest inside
+ * mmap_lock).
  */
 bool fm_filepin_applies(struct mm_struct *mm, unsigned long vaddr, bool write);
 long fm_filepin(struct mm_struct *mm, unsigned long vaddr, unsigned long npage,
