@@ -282,6 +282,10 @@ void fm_notify_dma_unmap(struct fm_iommu *iommu, dma_addr_t iova, size_t size);
  * returns -EINVAL when not tracking. fm_dirty_mark_all (iommu->lock held)
  * marks every page of every mapping dirty when tracking: detach calls it
  * when a group that could DMA anywhere leaves, as its writes are unknown.
+ * fm_dirty_report_range (iommu->lock held) writes the bits of the mappings
+ * that start in the range to the user and changes nothing, so that a
+ * failed copy (-EFAULT) loses no bit; fm_dirty_get_bitmap clears them only
+ * after every mapping's bits were written.
  */
 int fm_dirty_bitmap_alloc(struct fm_dma *dma, size_t pgsize);
 void fm_dirty_bitmap_free(struct fm_dma *dma);

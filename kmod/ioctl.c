@@ -223,7 +223,7 @@ static long fm_ioctl_map_dma(struct fm_iommu *iommu, unsigned long arg)
 
 /*
  * With GET_DIRTY_BITMAP a struct vfio_bitmap follows the unmap struct; the
- * bitmap of the range is returned (and cleared) as it is unmapped. It
+ * bitmap of the range is returned before anything is unmapped. It
  * cannot be combined with ALL or VADDR. fm_do_unmap checks what needs the
  * lock (alignment, tracking on, bitmap page size).
  */

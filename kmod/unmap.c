@@ -565,7 +565,11 @@ again:
 		goto again;
 	}
 
-	/* The range is settled and the lock held: report, then remove. */
+	/*
+	 * The range is settled and the lock held: report, then remove. The
+	 * report changes nothing; should any of it fail to reach the user,
+	 * every mapping stays, with its dirty bits, for a retry.
+	 */
 	if (report) {
 		ret = fm_dirty_report_range(iommu, iova, last - iova + 1, pgsize,
 					    bitmap->data);

@@ -233,4 +233,42 @@ TEST(dirty_large_mapping)
 	EXPECT_EQ(th_pins(t), 0);
 }
 
+/*
+ * Bits [from, to) of bm set, the rest of the first nbits clear? Returns
+ * the number of bits that differ.
+ */
+static size_t bits_off(const __u64 *bm, size_t nbits, size_t from, size_t to)
+{
+	size_t i, bad = 0;
+
+	for (i = 0; i < nbits; i++)
+		bad += !!(bm[i / 64] & (1ULL << (i % 64))) != (i >= from && i < to);
+	return bad;
+}
+
+/*
+ * 136M of THP starting 5 pages into the range: 34816 bits shifted 5 bits
+ * up, 545 u64 words of report (more than one page of them), all set.
+ */
+TEST(dirty_large_mapping_mid_word)
+{
+	int c = th_container_type(t, VFIO_TYPE1v2_IOMMU, 1);
+	size_t size = 136ULL << 20, off = 5, npages = size / P, nbits = off + npages;
+	size_t bytes = 2 * P;
+	char *p = th_mem(t, VU_MEM_THP, size);
+	__u64 *bm = th_anon(t, bytes);
+	uint64_t done;
+
+	MAP_OK(c, IOVA_B + off * P, p, size);
+	ASSERT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
+	memset(bm, 0, bytes);
+	ASSERT_EQ(get_bitmap(c, IOVA_B, nbits * P, P, bm, bytes), 0);
+	EXPECT_EQ(bits_off(bm, nbits, off, nbits), 0);
+	memset(bm, 0, bytes);
+	ASSERT_EQ(unmap_bitmap(c, IOVA_B, nbits * P, P, bm, bytes, &done), 0);
+	EXPECT_EQ(done, size);
+	EXPECT_EQ(bits_off(bm, nbits, off, nbits), 0);
+	EXPECT_EQ(th_pins(t), 0);
+}
+
 TEST_HARNESS_MAIN

@@ -999,6 +999,170 @@ TEST(dirty_scope_emulated_only)
 	UNMAP_OK(e.c, IOVA_A, MSZ);
 }
 
+/*
+ * A dirty report whose copy to user space fails part way (-EFAULT) must not
+ * lose the bits it could not deliver. Three mappings of an emulated-only
+ * container (pinned-page scope: exact bits), 4 pages each, at these page
+ * offsets from IOVA_A: A at 0, B at 5 (sharing A's u64 word), C at 32769
+ * (word 512, one bit into it: the second page of the user's bitmap). One
+ * page of each is written through dma_rw. The bitmap's second page is
+ * read-only: A and B reach the user, C's copy faults.
+ */
+#define DF_A		0ULL
+#define DF_B		5ULL
+#define DF_C		32769ULL
+#define DF_NP		4ULL
+#define DF_PAGES	(DF_C + DF_NP)		/* the range, in pages */
+#define DF_BYTES	(2 * SZ_4K)		/* room for DF_PAGES bits */
+#define DF_W0		((1ULL << (DF_A + 1)) | (1ULL << DF_B))	/* A page 1, B page 0 */
+#define DF_W512		(1ULL << (DF_C % 64 + 2))		/* C page 2 */
+
+struct df_req {
+	union {
+		struct {
+			struct vfio_iommu_type1_dirty_bitmap d;
+			struct vfio_iommu_type1_dirty_bitmap_get g;
+		} get;
+		struct {
+			struct vfio_iommu_type1_dma_unmap u;
+			struct vfio_bitmap b;
+		} unmap;
+	};
+};
+
+static int df_dirty(int c, uint32_t flags)
+{
+	struct vfio_iommu_type1_dirty_bitmap d = { .argsz = sizeof(d), .flags = flags };
+
+	return ioctl(c, VFIO_IOMMU_DIRTY_PAGES, &d) < 0 ? -errno : 0;
+}
+
+/* GET_BITMAP (unmap false) or UNMAP_DMA with GET_DIRTY_BITMAP over the range. */
+static int df_report(int c, bool unmap, uint64_t *bm, uint64_t *done)
+{
+	struct df_req r;
+	int ret;
+
+	memset(&r, 0, sizeof(r));
+	if (unmap) {
+		r.unmap.u.argsz = sizeof(r.unmap);
+		r.unmap.u.flags = VFIO_DMA_UNMAP_FLAG_GET_DIRTY_BITMAP;
+		r.unmap.u.iova = IOVA_A;
+		r.unmap.u.size = DF_PAGES * SZ_4K;
+		r.unmap.b.pgsize = SZ_4K;
+		r.unmap.b.size = DF_BYTES;
+		r.unmap.b.data = (void *)bm;
+		ret = ioctl(c, VFIO_IOMMU_UNMAP_DMA, &r.unmap) < 0 ? -errno : 0;
+		*done = ret ? 0 : r.unmap.u.size;
+		return ret;
+	}
+	r.get.d.argsz = sizeof(r.get);
+	r.get.d.flags = VFIO_IOMMU_DIRTY_PAGES_FLAG_GET_BITMAP;
+	r.get.g.iova = IOVA_A;
+	r.get.g.size = DF_PAGES * SZ_4K;
+	r.get.g.bitmap.pgsize = SZ_4K;
+	r.get.g.bitmap.size = DF_BYTES;
+	r.get.g.bitmap.data = (void *)bm;
+	return ioctl(c, VFIO_IOMMU_DIRTY_PAGES, &r.get) < 0 ? -errno : 0;
+}
+
+/* A zeroed bitmap of DF_BYTES; with ro, its second page read-only. */
+static uint64_t *df_bitmap(struct th *t, bool ro)
+{
+	uint64_t *bm = th_anon(t, DF_BYTES);
+
+	memset(bm, 0, DF_BYTES);
+	if (ro && mprotect((char *)bm + SZ_4K, SZ_4K, PROT_READ))
+		FAIL("mprotect: %s", strerror(errno));
+	return bm;
+}
+
+/*
+ * The bits of A and B (word 0) and C (word 512). With exact, every word of
+ * the range is compared: the holes between the mappings stay 0. Stock
+ * shifts a mapping's bitmap in place and clears only its first bits: the
+ * stale bits come back further up on later reports, in the holes.
+ */
+#define DF_MASK0	((0xfULL << DF_A) | (0xfULL << DF_B))
+#define DF_MASK512	(0xfULL << (DF_C % 64))
+
+static void df_expect_words(struct th *t, const uint64_t *bm, uint64_t w0, uint64_t w512,
+			    bool exact)
+{
+	size_t i;
+
+	if (!exact) {
+		EXPECT_EQ(bm[0] & DF_MASK0, w0);
+		EXPECT_EQ(bm[512] & DF_MASK512, w512);
+		return;
+	}
+	EXPECT_EQ(bm[0], w0);
+	for (i = 1; i < 512; i++)
+		if (bm[i])
+			break;
+	EXPECT_EQ(i, 512);
+	EXPECT_EQ(bm[512], w512);
+}
+
+static void df_run(struct th *t, bool unmap)
+{
+	uint64_t *p, *bm, done = 0;
+	unsigned char b = 0xd1;
+	struct emu e;
+
+	emu_v2(t, &e, false);
+	p = sig_mem(t, 3 * DF_NP * SZ_4K);
+	MAP_OK(e.c, IOVA_A + DF_A * SZ_4K, p, DF_NP * SZ_4K);
+	MAP_OK(e.c, IOVA_A + DF_B * SZ_4K, p + DF_NP * 512, DF_NP * SZ_4K);
+	MAP_OK(e.c, IOVA_A + DF_C * SZ_4K, p + 2 * DF_NP * 512, DF_NP * SZ_4K);
+	ASSERT_EQ(df_dirty(e.c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
+	ASSERT_EQ(emu_rw(t, e.dev, IOVA_A + (DF_A + 1) * SZ_4K, &b, 1, FM_EMU_RW_WRITE), 0);
+	ASSERT_EQ(emu_rw(t, e.dev, IOVA_A + DF_B * SZ_4K + 8, &b, 1, FM_EMU_RW_WRITE), 0);
+	ASSERT_EQ(emu_rw(t, e.dev, IOVA_A + (DF_C + 2) * SZ_4K, &b, 1, FM_EMU_RW_WRITE), 0);
+
+	/* C's copy faults, after A's and B's bits were written */
+	EXPECT_EQ(df_report(e.c, unmap, df_bitmap(t, true), &done), -EFAULT);
+
+	bm = df_bitmap(t, false);
+	ASSERT_EQ(df_report(e.c, unmap, bm, &done), 0);
+	if (is_foliomap()) {
+		/* nothing was cleared, shifted or unmapped: the same bits again */
+		if (unmap)
+			EXPECT_EQ(done, 3 * DF_NP * SZ_4K);
+		df_expect_words(t, bm, DF_W0, DF_W512, true);
+	} else {
+		/*
+		 * Stock: A's and B's bits were cleared (GET_BITMAP) or A and B
+		 * unmapped (UNMAP_DMA) before C's copy failed, and C's bitmap
+		 * stayed shifted in place: its bit comes back one page high.
+		 */
+		if (unmap)
+			EXPECT_EQ(done, DF_NP * SZ_4K);
+		df_expect_words(t, bm, 0, DF_W512 << 1, false);
+	}
+
+	if (!unmap) {
+		/* reported: cleared now, on both */
+		bm = df_bitmap(t, false);
+		ASSERT_EQ(df_report(e.c, false, bm, &done), 0);
+		df_expect_words(t, bm, 0, 0, is_foliomap());
+		UNMAP_RANGE(e.c, IOVA_A, DF_PAGES * SZ_4K, 3 * DF_NP * SZ_4K);
+	}
+	EXPECT_EQ(df_dirty(e.c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), 0);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+}
+
+TEST(dirty_unmap_bitmap_fault_keeps_bits)
+{
+	df_run(t, true);
+}
+
+TEST(dirty_get_bitmap_fault_keeps_bits)
+{
+	df_run(t, false);
+}
+
 /* ------------------------------------------------------------------ */
 /* lock order: a device opened or closed while a dma_unmap callback runs */
 
