@@ -105,6 +105,7 @@ struct row {
 	int arg;
 	int xloops;		/* loops multiplier: noisy rows get more */
 	bool cold;		/* no warm-up loop: every step starts afresh anyway */
+	bool prestep;		/* an untimed step before each timed one: see run_row */
 	int nm;
 	struct metric_def m[MAX_METRICS];
 };
@@ -673,7 +674,7 @@ static int step_emu(struct ctx *x, const struct row *r, double *v)
 }
 
 #define FT(kind, name, what, xl) \
-	{ name, what, step_ft, kind, xl, true, 3, \
+	{ name, what, step_ft, kind, xl, true, false, 3, \
 	  { { "map", "s", true }, { "unmap", "s", true }, { "munmap", "s", false } } }
 
 static const struct row rows[] = {
@@ -683,25 +684,25 @@ static const struct row rows[] = {
 	FT(FT_SHM4K, "ft-shm4k", "first touch: MAP_SHARED anon (4K shmem), never touched", 1),
 	FT(FT_MEMFD2M, "ft-memfd2m", "first touch: 2M hugetlbfs memfd, never touched", 1),
 	{ "small-4k", "N x 4K MAP_DMA then N x UNMAP_DMA, pre-faulted 4K anon, per call",
-	  step_small, SZ_4K, 2, false, 2, { { "map", "us", true }, { "unmap", "us", true } } },
+	  step_small, SZ_4K, 2, false, false, 2, { { "map", "us", true }, { "unmap", "us", true } } },
 	{ "small-64k", "N x 64K MAP_DMA then N x UNMAP_DMA, pre-faulted THP, per call",
-	  step_small, SZ_64K, 2, false, 2, { { "map", "us", true }, { "unmap", "us", true } } },
+	  step_small, SZ_64K, 2, false, false, 2, { { "map", "us", true }, { "unmap", "us", true } } },
 	{ "small-2m", "N x 2M MAP_DMA then N x UNMAP_DMA, pre-faulted THP, per call",
-	  step_small, SZ_2M, 2, false, 2, { { "map", "us", true }, { "unmap", "us", true } } },
+	  step_small, SZ_2M, 2, false, false, 2, { { "map", "us", true }, { "unmap", "us", true } } },
 	{ "churn", "4K UNMAP_DMA + MAP_DMA at scattered IOVAs beside a big live mapping, per op",
-	  step_churn, 0, 2, false, 1, { { "op", "us", true } } },
+	  step_churn, 0, 2, false, false, 1, { { "op", "us", true } } },
 	{ "many-unmapall", "65535 x 4K mappings: UNMAP_DMA(FLAG_ALL)",
-	  step_many, 0, 1, true, 1, { { "unmap-all", "s", true } } },
+	  step_many, 0, 1, true, false, 1, { { "unmap-all", "s", true } } },
 	{ "many-close", "65535 x 4K mappings: close the container (release)",
-	  step_many, 1, 1, true, 1, { { "close", "s", true } } },
+	  step_many, 1, 1, true, false, 1, { { "close", "s", true } } },
 	{ "replay", "2nd e1000e group joins a container with the big THP buffer in many mappings",
-	  step_replay, 0, 1, false, 1, { { "attach", "s", true } } },
+	  step_replay, 0, 1, false, true, 1, { { "attach", "s", true } } },
 	{ "replay-emu", "e1000e joins a container of fm_emu's group holding the buffer: first domain",
-	  step_replay, 1, 1, false, 1, { { "attach", "s", true } } },
+	  step_replay, 1, 1, false, true, 1, { { "attach", "s", true } } },
 	{ "partial-v1", "v1 container, many 4K mappings: one UNMAP_DMA of the middle half",
-	  step_partial, 0, 2, false, 1, { { "unmap", "ms", true } } },
+	  step_partial, 0, 2, false, false, 1, { { "unmap", "ms", true } } },
 	{ "emu-pin", "fm_emu: vfio_pin_pages/unpin_pages of single scattered pages, per page",
-	  step_emu, 0, 2, false, 2, { { "pin", "us", true }, { "unpin", "us", true } } },
+	  step_emu, 0, 2, false, false, 2, { { "pin", "us", true }, { "unpin", "us", true } } },
 };
 #define NROWS	((int)(sizeof(rows) / sizeof(rows[0])))
 
@@ -818,7 +819,20 @@ static int run_row(struct ctx *x, const struct row *r, int *bad)
 				if (ret)
 					break;
 			}
-			if (one_step(x, r, &s[b]) == -ENOENT && !s[b].failures) {
+			/*
+			 * A short row times one call of code the step warm-up
+			 * does not run (attaching a group): after a reload
+			 * of foliomap TCG would translate it inside the timed
+			 * call. One untimed (but checked) step first.
+			 */
+			if (r->prestep) {
+				s[b].warmup++;
+				if (one_step(x, r, &s[b]) == -ENOENT && !s[b].failures) {
+					ret = -ENOENT;
+					break;
+				}
+			}
+			if (!s[b].failures && one_step(x, r, &s[b]) == -ENOENT && !s[b].failures) {
 				ret = -ENOENT;
 				break;
 			}
