@@ -11,9 +11,13 @@
 # make fuzz [SEED=1] [STEPS=5000]  differential fuzzing: one stock guest runs the
 #                   seeded ioctl sequence on stock type1, then on foliomap (tests/t_fuzz.c)
 # make bench        the seed's table, stock and foliomap side by side in a guest
-#                   (MODES default: thp populate hugetlb2m memfd2m)
+#                   (MODES default: thp populate hugetlb2m memfd2m bar), then the
+#                   workload matrix (tools/matrix-bench; MATRIX=0 skips it,
+#                   ROWS="small churn" picks rows); prints "REGRESSION: <row>
+#                   <ratio>" for every ratio below 0.95 and then exits non-zero
 # make bench-scale  map/unmap time against buffer size, both backends (bench/README.md)
-# make bench-vmm    a real VMM (QEMU + vfio-pci) start/stop time, both backends
+# make bench-vmm    a real VMM (QEMU + vfio-pci) start/stop time, both backends,
+#                   RAM preallocated and (the -lazy backings) faulted in by MAP_DMA
 #
 KERNEL ?= 6.12
 # make check: every kernel here, or just KERNEL when it is given.

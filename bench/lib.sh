@@ -9,7 +9,11 @@
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$BENCH_DIR/.." && pwd -P)
+# Every run's results go to build/bench/<name>-<UTC>.json/.png (not in
+# git); bench/results/ keeps only the *latest.* files that reference runs
+# replace (and the READMEs quote) plus older runs quoted by name.
 RESULTS=$BENCH_DIR/results
+RUNS=$REPO/build/bench
 
 PROG=bench/${0##*/}
 die() { echo "$PROG: $*" >&2; exit 2; }
@@ -66,15 +70,15 @@ bench_check_setup() {
 # Guest memory: three times the largest buffer plus 3 GiB (buffer, hugetlb
 # pool being returned, page tables and the kernel).
 bench_guest() {
-	local out=$1 max=$2 mem det=()
+	local out=$1 max=$2 mem det=() bar=()
 	shift 2
 	mem=$(awk -v g="$max" 'BEGIN { m = g * 3 + 3; printf "%d", (m == int(m)) ? m : int(m) + 1 }')
 	[ "$deterministic" = 1 ] && det=(--deterministic)
 	# Mode bar maps device memory: an ivshmem-plain BAR of BAR_SIZE (256M).
-	[[ " ${modes:-} " != *" bar "* ]] || det+=(--ivshmem "${BAR_SIZE:-256M}")
+	[[ " ${modes:-} " != *" bar "* ]] || bar=(--ivshmem "${BAR_SIZE:-256M}")
 	echo "$PROG: guest $krel, ${mem}G, backends $backends, loops $loops${det:+, deterministic}" >&2
 	"$REPO/vm/run" --kernel "$kernel" --backend stock --mem "${mem}G" --share "$REPO" \
-		"${det[@]}" -- "$REPO/bench/guest-bench" --loops "$loops" \
+		"${det[@]}" "${bar[@]}" -- "$REPO/bench/guest-bench" --loops "$loops" \
 		--backends "$backends" "$@" > "$out"
 }
 
@@ -102,3 +106,71 @@ gnuplot_term() {
 }
 
 utc_stamp() { date -u +%Y%m%dT%H%M%SZ; }
+
+# ---- the workload matrix (tools/matrix-bench --json lines) ----
+# {"row": "small-4k", "metric": "map", "unit": "us", "guard": 1, "backend":
+#  "stock", "loops": 10, "values": [...], "median": 0.0, "pin_leak_pages": 0,
+#  "locked_vm_leak_pages": 0, "failures": 0, "what": "..."}
+
+matrix_lines() { tr -d '\r' < "$1" | grep '^{"row": ' || true; }
+
+# Per row/metric, in order: "row/metric unit guard stock foliomap loops failed what".
+AWK_MATRIX='
+{
+	k = jstr($0, "row") "/" jstr($0, "metric"); b = jstr($0, "backend")
+	if (!(k in seen)) { seen[k]; o[++n] = k; unit[k] = jstr($0, "unit"); what[k] = jstr($0, "what") }
+	guard[k] = jnum($0, "guard"); med[k, b] = jnum($0, "median"); lp[k] = jnum($0, "loops")
+	bad[k] += jnum($0, "failures") + jnum($0, "pin_leak_pages") + jnum($0, "locked_vm_leak_pages")
+}
+function ratio(k) { return (med[k, "stock"] != "" && med[k, "foliomap"] > 0) ? med[k, "stock"] / med[k, "foliomap"] : "" }
+'
+
+# matrix_ratios FILE: "row/metric ratio" for each guarded metric with both backends.
+matrix_ratios() {
+	awk "$AWK_JSON$AWK_MATRIX"'END { for (i = 1; i <= n; i++) { k = o[i]; r = ratio(k)
+		if (guard[k] && r != "") printf "%s %.4f\n", k, r } }' "$1"
+}
+
+matrix_table() {
+	[ -s "$1" ] || return 0
+	awk "$AWK_JSON$AWK_MATRIX"'
+	function t(v) { return v == "" ? "-" : (v >= 100 ? sprintf("%.1f", v) : sprintf("%.4g", v)) }
+	END {
+		printf "\nworkload matrix: medians, ratio = stock / foliomap (> 1: foliomap faster)\n\n"
+		printf "%-24s %4s %10s %10s %8s %5s\n", "row/metric", "unit", "stock", "foliomap", "ratio", "loops"
+		for (i = 1; i <= n; i++) {
+			k = o[i]; r = ratio(k)
+			printf "%-24s %4s %10s %10s %8s %5s%s%s\n", k, unit[k], t(med[k, "stock"]), t(med[k, "foliomap"]),
+				r == "" ? "-" : sprintf("%.2fx", r), lp[k], guard[k] ? "" : "  (not guarded)",
+				bad[k] ? "  LEAK/FAILED" : ""
+		}
+		printf "\nrows:\n"
+		for (i = 1; i <= n; i++) { split(o[i], p, "/"); if (!(p[1] in shown)) { shown[p[1]]; printf "  %-14s %s\n", p[1], what[o[i]] } }
+	}' "$1"
+}
+
+# matrix_plot FILE PNG SUBTITLE: one bar per row/metric, the ratio (log scale).
+matrix_plot() {
+	command -v gnuplot >/dev/null || return 0
+	awk "$AWK_JSON$AWK_MATRIX"'END { for (i = 1; i <= n; i++) { r = ratio(o[i]); if (r != "") printf "%s %.4f %d\n", o[i], r, guard[o[i]] } }' \
+		"$1" > "$1.plot"
+	[ -s "$1.plot" ] || return 0
+	gnuplot <<-GP || echo "$PROG: gnuplot failed, no matrix plot" >&2
+		set terminal $(gnuplot_term) size 1200,520
+		set output '$2'
+		set title "Workload matrix: stock / foliomap (above 1: foliomap faster), $3 (TCG guest)"
+		set logscale y
+		set grid ytics mytics
+		set ylabel 'ratio stock / foliomap (median, log scale)'
+		set xtics rotate by -40 font ',9' nomirror
+		set style fill solid 0.8 border -1
+		set boxwidth 0.7
+		set xrange [-0.7:*]
+		set arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb '#404040'
+		set arrow from graph 0, first ${guard:-0.95} to graph 1, first ${guard:-0.95} nohead dt 2 lc rgb '#c03030'
+		set bmargin 7
+		set rmargin 8
+		plot '$1.plot' using 0:2:(\$3 == 0 ? 0x9f9f9f : (\$2 < ${guard:-0.95} ? 0xc03030 : 0xe07020)):xtic(1) with boxes lc rgb variable notitle, \
+		     '' using 0:2:(sprintf('%.2f', \$2)) with labels offset 0,0.7 font ',8' notitle
+	GP
+}

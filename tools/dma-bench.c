@@ -29,7 +29,6 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "vfio_util.h"
@@ -292,47 +291,12 @@ static void close_container(int container, int group_fd)
 	close(container);
 }
 
-static int switch_backend(const struct opts *o, const char *want)
-{
-	int status;
-	pid_t pid;
-
-	if (!strcmp(vu_backend_name(), want))
-		return 0;
-	if (!o->switch_cmd) {
-		fprintf(stderr, "dma-bench: backend %s wanted, %s active, and no --switch-cmd\n",
-			want, vu_backend_name());
-		return -EINVAL;
-	}
-	fflush(NULL);
-	pid = fork();
-	if (pid < 0)
-		return -errno;
-	if (!pid) {
-		execl("/bin/sh", "sh", o->switch_cmd, want, (char *)NULL);
-		_exit(127);
-	}
-	if (waitpid(pid, &status, 0) < 0)
-		return -errno;
-	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
-		fprintf(stderr, "dma-bench: '%s %s' failed (status 0x%x)\n",
-			o->switch_cmd, want, status);
-		return -EIO;
-	}
-	if (strcmp(vu_backend_name(), want)) {
-		fprintf(stderr, "dma-bench: '%s %s' ran but %s is still active\n",
-			o->switch_cmd, want, vu_backend_name());
-		return -EIO;
-	}
-	return 0;
-}
-
 /* Make backend @b the active one, where there is more than one to run. */
 static int use_backend(const struct opts *o, int b)
 {
 	if (o->nbackends == 1 && !o->switch_cmd)
 		return 0;
-	return switch_backend(o, o->backends[b]);
+	return vu_switch_backend("dma-bench", o->switch_cmd, o->backends[b]);
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -419,6 +420,40 @@ long long vu_pins_outstanding(const struct vu_counters *before,
 const char *vu_backend_name(void)
 {
 	return access("/sys/module/foliomap", F_OK) == 0 ? "foliomap" : "stock";
+}
+
+int vu_switch_backend(const char *prog, const char *cmd, const char *want)
+{
+	int status;
+	pid_t pid;
+
+	if (!strcmp(vu_backend_name(), want))
+		return 0;
+	if (!cmd) {
+		fprintf(stderr, "%s: backend %s wanted, %s active, and no --switch-cmd\n",
+			prog, want, vu_backend_name());
+		return -EINVAL;
+	}
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (!pid) {
+		execl("/bin/sh", "sh", cmd, want, (char *)NULL);
+		_exit(127);
+	}
+	if (waitpid(pid, &status, 0) < 0)
+		return -errno;
+	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+		fprintf(stderr, "%s: '%s %s' failed (status 0x%x)\n", prog, cmd, want, status);
+		return -EIO;
+	}
+	if (strcmp(vu_backend_name(), want)) {
+		fprintf(stderr, "%s: '%s %s' ran but %s is still active\n",
+			prog, cmd, want, vu_backend_name());
+		return -EIO;
+	}
+	return 0;
 }
 
 double vu_now(void)

@@ -88,6 +88,12 @@ long vu_module_refcnt(const char *mod);
 
 /* Currently active backend, from /sys/module: "foliomap" or "stock". */
 const char *vu_backend_name(void);
+/*
+ * Make want ("stock" or "foliomap") the active backend by running
+ * "sh cmd want" (bench/switch-backend) unless it already is, then check
+ * /sys/module. 0, or -errno with the reason on stderr (prefixed by prog).
+ */
+int vu_switch_backend(const char *prog, const char *cmd, const char *want);
 
 double vu_now(void);	/* CLOCK_MONOTONIC_RAW seconds */
 
