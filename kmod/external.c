@@ -124,7 +124,7 @@ static int fm_pin_external(struct fm_dma *dma, dma_addr_t iova, unsigned long *p
 	goto out;
 
 unpin:
-	fm_unpin_run(dma, iova, *pfn, 1, false);
+	fm_unpin_external_page(dma, iova, *pfn, false);
 out:
 	mmput(dma->mm);
 	return ret;
@@ -142,7 +142,7 @@ static void fm_unpin_external(struct fm_dma *dma, dma_addr_t iova)
 	pfn = vpfn->pfn;
 	rb_erase(&vpfn->node, &dma->pfn_list);
 	kfree(vpfn);
-	fm_unpin_run(dma, iova, pfn, 1, !dma->iommu_mapped);
+	fm_unpin_external_page(dma, iova, pfn, !dma->iommu_mapped);
 }
 
 /* Undo the first @npage pins of a failed fm_pin_pages(). */

@@ -67,10 +67,10 @@ static struct vm_area_struct *fm_filepin_vma(struct mm_struct *mm, unsigned long
 	return vma && fm_filepin_vma_ok(vma, write, mm != current->mm) ? vma : NULL;
 }
 
-bool fm_filepin_applies(struct mm_struct *mm, unsigned long vaddr, bool write)
+bool fm_filepin_applies(struct vm_area_struct *vma, bool write)
 {
-	mmap_assert_locked(mm);
-	return fm_filepin_vma(mm, vaddr, write);
+	mmap_assert_locked(vma->vm_mm);
+	return fm_filepin_vma_ok(vma, write, vma->vm_mm != current->mm);
 }
 
 /*

@@ -131,8 +131,12 @@ struct fm_dma {
 	/*
 	 * Pins are counted per folio (filepin.c): every run of the record
 	 * holds one pin on each folio it touches, not one per page. Set
-	 * before the first pin, when the first page lies in a shared
-	 * hugetlbfs vma; such a mapping always keeps its record.
+	 * by the first pin batch, when the first page lies in a shared
+	 * hugetlbfs vma. Release relies on three facts, each checked with
+	 * WARN_ON_ONCE where it is used: such a mapping never drops its
+	 * record (fm_rec_drop), so the IOMMU leaf walk never releases it
+	 * (fm_unmap_unpin_domain), and its record entries never join
+	 * (fm_rec_add: only disable_hugepages maps runs that touch).
 	 */
 	bool			folio_pins;
 	struct task_struct	*task;		/* mapping task (get_task_struct) */
@@ -226,16 +230,16 @@ bool fm_pfn_is_invalid_or_reserved(unsigned long pfn);
 int fm_pin_one(struct fm_dma *dma, unsigned long vaddr, unsigned long *pfn);
 
 /*
- * filepin.c: shared hugetlbfs pinned by folio. fm_filepin_applies: does
- * @vaddr lie in a vma fm_filepin() takes? fm_filepin: pins the folios
+ * filepin.c: shared hugetlbfs pinned by folio. fm_filepin_applies: is
+ * @vma one that fm_filepin() takes? fm_filepin: pins the folios
  * already in the page cache behind up to @npage pages at @vaddr, at most
  * @max_folios; returns their number with *@first the page of the first
  * folio at @vaddr, or 0 when GUP is to pin (and report errors) instead.
- * Both are called with mmap_read_lock of @mm held; fm_filepin() always
+ * Both are called with mmap_read_lock held; fm_filepin() always
  * returns with it released (the inode lock it takes must not nest inside
  * mmap_lock).
  */
-bool fm_filepin_applies(struct mm_struct *mm, unsigned long vaddr, bool write);
+bool fm_filepin_applies(struct vm_area_struct *vma, bool write);
 long fm_filepin(struct mm_struct *mm, unsigned long vaddr, unsigned long npage,
 		bool write, struct folio **folios, unsigned int max_folios,
 		unsigned long *first);
@@ -260,6 +264,8 @@ bool fm_rec_covers(struct fm_dma *dma, size_t size);
 void fm_rec_free(struct fm_dma *dma);
 long fm_unpin_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
 		  unsigned long npage, bool do_accounting);
+void fm_unpin_external_page(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
+			    bool do_accounting);
 
 /* external.c: emulated-IOMMU users (vpfn tree, pin_pages, dma_rw) */
 struct fm_vpfn *fm_vpfn_find(struct fm_dma *dma, dma_addr_t iova);

@@ -39,6 +39,11 @@
  * for it.
  */
 #define FM_BATCH_INLINE	16
+/*
+ * GUP-fast and its confirmation under mmap_lock cost more than the locked
+ * walk for a page or two, less from about this many pages on.
+ */
+#define FM_FAST_MIN_PAGES	8
 /* PFNMAP lookups per batch: at most this many pages under one mmap_lock. */
 #define FM_PFNMAP_PAGES	(SZ_1G >> PAGE_SHIFT)
 /* Pages per memfd_pin_folios() batch, charged at once. */
@@ -398,61 +403,64 @@ static long fm_batch_pin_fast(struct fm_batch *b, struct mm_struct *mm, unsigned
 
 /*
  * With mmap_read_lock held: are the @n pages that GUP-fast pinned at
- * @vaddr what the locked walk would have pinned? GUP-fast already applied
- * every per-page rule (present, writable, pinnable long-term, not special,
- * protection keys); what it cannot see is the vma, and GUP refuses VM_IO
- * (and VM_PFNMAP) vmas. If no mmap_write_lock() section ran since
- * fm_batch_pin_fast() began, the vmas here are those it walked.
+ * @vaddr, whose vma is @vma, what the locked walk would have pinned?
+ * GUP-fast already applied every per-page rule (present, writable,
+ * pinnable long-term, not special, protection keys); what it cannot see is
+ * the vma, and GUP refuses VM_IO (and VM_PFNMAP) vmas. If no
+ * mmap_write_lock() section ran since fm_batch_pin_fast() began, the vmas
+ * here are those it walked.
  */
-static bool fm_fast_pins_valid(struct mm_struct *mm, unsigned long vaddr, long n,
-			       unsigned int seq)
+static bool fm_fast_pins_valid(struct mm_struct *mm, struct vm_area_struct *vma,
+			       unsigned long vaddr, long n, unsigned int seq)
 {
-	unsigned long addr = fm_compat_untagged_addr(mm, vaddr);
-	unsigned long end = addr + (n << PAGE_SHIFT);
-	struct vm_area_struct *vma;
+	unsigned long end = fm_compat_untagged_addr(mm, vaddr) + (n << PAGE_SHIFT);
 
 	if (fm_compat_mm_speculate_retry(mm, seq))
 		return false;
-	for (; addr < end; addr = vma->vm_end) {
-		vma = vma_lookup(mm, addr);
+	for (;;) {
 		if (!vma || (vma->vm_flags & (VM_IO | VM_PFNMAP)))
 			return false;
+		if (vma->vm_end >= end)
+			return true;
+		vma = vma_lookup(mm, vma->vm_end);
 	}
-	return true;
 }
 
 /*
- * Fill the pinner's batch from @vaddr, under one mmap_read_lock round trip
- * for GUP. The first fill also decides, under that lock, whether the dma
- * has folio pins (filepin.c). A mapping with folio pins takes what
- * filepin.c can pin by folio and leaves the rest (absent folios, other
- * vmas) to GUP, whose pins are then brought to one per folio.
+ * Fill the pinner's batch from @vaddr, under one mmap_read_lock round trip.
+ * GUP-fast pins first, without the lock; under it, the first fill decides
+ * whether the dma has folio pins (filepin.c) and the fast pins are
+ * confirmed, or dropped for the locked walk. A mapping with folio pins
+ * takes what filepin.c can pin by folio and leaves the rest (absent
+ * folios, other vmas) to GUP, whose pins are then brought to one per folio.
  */
 static long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npage)
 {
 	bool write = p->dma->prot & IOMMU_WRITE;
 	struct fm_batch *b = &p->batch;
 	struct fm_dma *dma = p->dma;
+	struct vm_area_struct *vma = NULL;
 	unsigned int seq;
 	long n = 0;
 
-	/* The first fill decides the mode, so it takes the locked walk. */
-	if (p->mode_known && !dma->folio_pins)
+	if (!dma->folio_pins && npage >= FM_FAST_MIN_PAGES)
 		n = fm_batch_pin_fast(b, p->mm, vaddr, npage, dma->prot, &seq);
 	mmap_read_lock(p->mm);
+	if (!p->mode_known || n > 0)
+		vma = vma_lookup(p->mm, fm_compat_untagged_addr(p->mm, vaddr));
+	if (!p->mode_known) {
+		dma->folio_pins = vma && fm_filepin_applies(vma, write);
+		p->mode_known = true;
+	}
 	if (n > 0) {
-		if (fm_fast_pins_valid(p->mm, vaddr, n, seq)) {
+		if (!dma->folio_pins && fm_fast_pins_valid(p->mm, vma, vaddr, n, seq)) {
 			mmap_read_unlock(p->mm);
 			fm_batch_reset(b);
 			fm_batch_pages_to_runs(b, n);
 			return n;
 		}
-		/* Rare: start over the way stock does, under the lock. */
+		/* Rare: start over under the lock, the way stock pins. */
 		unpin_user_pages(b->pages, n);
-	}
-	if (!p->mode_known) {
-		dma->folio_pins = !p->single && fm_filepin_applies(p->mm, vaddr, write);
-		p->mode_known = true;
 	}
 	if (dma->folio_pins) {
 		unsigned long first, want = min_t(unsigned long, npage, FM_FILEPIN_PAGES);
@@ -552,7 +560,7 @@ static void fm_batch_release(struct fm_pinner *p, unsigned long r, unsigned long
 
 void fm_rec_free(struct fm_dma *dma)
 {
-	if (dma->rec != &dma->rec_one)
+	if (dma->rec && dma->rec != &dma->rec_one)
 		kvfree(dma->rec);
 	dma->rec = NULL;
 	dma->rec_nr = 0;
@@ -570,6 +578,8 @@ bool fm_rec_covers(struct fm_dma *dma, size_t size)
 /* Forget the record for good (until the next pin of the whole dma). */
 static void fm_rec_drop(struct fm_dma *dma)
 {
+	/* fm_rec_reserve() fails the run instead (fm_dma.folio_pins). */
+	WARN_ON_ONCE(dma->folio_pins);
 	fm_rec_free(dma);
 	dma->rec_dropped = true;
 }
@@ -632,10 +642,13 @@ static void fm_rec_add(struct fm_dma *dma, unsigned long pfn, unsigned long npag
 {
 	if (dma->rec_dropped)
 		return;
-	if (fm_rec_joins(dma, pfn))
+	if (fm_rec_joins(dma, pfn)) {
+		/* Two pins on one folio in one entry: release would drop one. */
+		WARN_ON_ONCE(dma->folio_pins);
 		dma->rec[dma->rec_nr - 1].npage += npage;
-	else
+	} else {
 		dma->rec[dma->rec_nr++] = (struct fm_run){ .pfn = pfn, .npage = npage };
+	}
 	dma->rec_pages += npage;
 }
 
@@ -752,9 +765,12 @@ static int fm_pin_map_dma(struct fm_pinner *p)
 	WARN_ON_ONCE(dma->rec);
 	fm_rec_free(dma);
 	p->single = READ_ONCE(fm_disable_hugepages);
-	/* Decided by the first fill, under its mmap_lock. */
+	/*
+	 * Decided by the first fill, under its mmap_lock; a dma of a few
+	 * pages gains nothing from folio pins and GUP pins it alone.
+	 */
 	dma->folio_pins = false;
-	p->mode_known = false;
+	p->mode_known = p->single || left <= FM_BATCH_INLINE;
 	fm_batch_init(&p->batch, left);
 
 	while (left) {

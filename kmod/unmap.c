@@ -79,11 +79,11 @@ static void fm_unpin_range_dirty(struct page *page, unsigned long npage, bool di
 /*
  * Unpin one physically contiguous run. Adds to @uncharge the pages whose
  * charge is released: those unpinned, less the externally pinned ones,
- * which stay charged for as long as their external pin lives. Returns the
- * number of charged pages unpinned.
+ * which stay charged for as long as their external pin lives (@vpfns:
+ * the range may hold some). Returns the number of charged pages unpinned.
  */
 static long fm_release_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
-			   unsigned long npage, long *uncharge)
+			   unsigned long npage, long *uncharge, bool vpfns)
 {
 	bool dirty = dma->prot & IOMMU_WRITE;
 	long unpinned = 0, external = 0;
@@ -92,7 +92,7 @@ static long fm_release_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pf
 	/* The common case: one call, one refcount drop per folio. */
 	if (!dma->has_rsvd && !dma->folio_pins) {
 		fm_unpin_range_dirty(pfn_to_page(pfn), npage, dirty);
-		*uncharge += npage - fm_vpfn_count(dma, iova, npage);
+		*uncharge += npage - (vpfns ? fm_vpfn_count(dma, iova, npage) : 0);
 		return npage;
 	}
 
@@ -129,7 +129,8 @@ static long fm_release_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pf
 		} else {
 			unpin_user_page_range_dirty_lock(page, pins, dirty);
 			unpinned += n;
-			external += fm_vpfn_count(dma, iova + (i << PAGE_SHIFT), n);
+			if (vpfns)
+				external += fm_vpfn_count(dma, iova + (i << PAGE_SHIFT), n);
 		}
 		i += n;
 	}
@@ -141,11 +142,25 @@ long fm_unpin_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
 		  unsigned long npage, bool do_accounting)
 {
 	long uncharge = 0;
-	long unpinned = fm_release_run(dma, iova, pfn, npage, &uncharge);
+	long unpinned = fm_release_run(dma, iova, pfn, npage, &uncharge, true);
 
 	if (do_accounting)
 		fm_lock_acct(dma, -uncharge, true);
 	return unpinned;
+}
+
+/*
+ * The external pin of the page at @iova, already out of the vpfn tree (so
+ * nothing there to count), released as one run.
+ */
+void fm_unpin_external_page(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
+			    bool do_accounting)
+{
+	long uncharge = 0;
+
+	fm_release_run(dma, iova, pfn, 1, &uncharge, false);
+	if (do_accounting)
+		fm_lock_acct(dma, -uncharge, true);
 }
 
 /* Remove the pending 4K leaves from the domain, in one call. */
@@ -176,7 +191,7 @@ static void fm_unmapper_flush(struct fm_unmapper *u)
 	iommu_iotlb_sync(u->domain, &u->gather);
 	for (i = 0; i < u->nr && !u->lost; i++)
 		fm_release_run(u->dma, u->runs[i].iova, u->runs[i].pfn,
-			       u->runs[i].npage, &u->uncharge);
+			       u->runs[i].npage, &u->uncharge, true);
 	u->nr = 0;
 	cond_resched();
 }
@@ -259,7 +274,7 @@ static unsigned long fm_unmap_unpin_rec(struct fm_dma *dma, struct iommu_domain 
 			/* A page is never released while a device can reach it. */
 			if (rlen <= done) {
 				fm_release_run(dma, iova, dma->rec[first].pfn,
-					       dma->rec[first].npage, &uncharge);
+					       dma->rec[first].npage, &uncharge, true);
 				done -= rlen;
 			} else {
 				done = 0;
@@ -307,6 +322,12 @@ unsigned long fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *dom
 	iommu_iotlb_gather_init(&u.gather);
 	u.pend_start = iova;
 	u.pend_end = iova;
+	/*
+	 * A mapping with folio pins always has its record (fm_dma.folio_pins).
+	 * Were it walked here, its runs would release one pin per page of
+	 * pins held per folio: unmap it, but leave its pins.
+	 */
+	u.lost = WARN_ON_ONCE(dma->folio_pins);
 
 	while (left) {
 		phys_addr_t phys = iommu_iova_to_phys(domain, iova);
