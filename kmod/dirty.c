@@ -41,6 +41,8 @@ int fm_dirty_bitmap_alloc(struct fm_dma *dma, size_t pgsize)
 
 void fm_dirty_bitmap_free(struct fm_dma *dma)
 {
+	if (!dma->bitmap)
+		return;
 	kvfree(dma->bitmap);
 	dma->bitmap = NULL;
 }

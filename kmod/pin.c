@@ -117,7 +117,8 @@ static int fm_mm_acct(struct task_struct *task, struct mm_struct *mm,
 
 /*
  * Charge (npage > 0) or release (npage < 0) locked memory of the mapping's
- * mm. @async: the caller may run outside that mm and holds no reference.
+ * mm. @async: the caller may run outside that mm and holds no reference
+ * (its own mm, as when a process unmaps its mapping, needs none).
  */
 int fm_lock_acct(struct fm_dma *dma, long npage, bool async)
 {
@@ -125,6 +126,8 @@ int fm_lock_acct(struct fm_dma *dma, long npage, bool async)
 
 	if (!npage)
 		return 0;
+	if (async && dma->mm == current->mm)
+		async = false;
 	if (async && !mmget_not_zero(dma->mm))
 		return -ESRCH;
 
