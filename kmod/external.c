@@ -86,11 +86,13 @@ static int fm_pin_external(struct fm_dma *dma, dma_addr_t iova, unsigned long *p
 {
 	unsigned long vaddr = dma->vaddr + (iova - dma->iova);
 	bool charge = !dma->iommu_mapped;
+	/* The mapping's own process holds its mm already. */
+	bool own_mm = dma->mm == current->mm;
 	struct fm_vpfn *vpfn;
 	bool rsvd;
 	int ret;
 
-	if (!mmget_not_zero(dma->mm))
+	if (!own_mm && !mmget_not_zero(dma->mm))
 		return -ENODEV;
 
 	ret = fm_pin_one(dma, vaddr, pfn);
@@ -128,7 +130,8 @@ static int fm_pin_external(struct fm_dma *dma, dma_addr_t iova, unsigned long *p
 unpin:
 	fm_unpin_external_page(dma, iova, *pfn, false);
 out:
-	mmput(dma->mm);
+	if (!own_mm)
+		mmput(dma->mm);
 	return ret;
 }
 
