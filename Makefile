@@ -5,6 +5,9 @@
 #                   against stock type1 and foliomap on every kernel of KERNELS
 #                   (default 6.12 and 6.1; KERNEL=6.1 alone), plus the host-side
 #                   tests (DKMS install, style); ends "N passed, N failed"
+# make check-scale  t_scale alone (also part of make check), both backends, every
+#                   kernel of KERNELS; FOLIOMAP_SCALE_2M=262144 FOLIOMAP_SCALE_4G=256
+#                   for the full scale (tests/README.md)
 # make style        checkpatch.pl --strict over kmod/ and tests/emu (STRICT=0: default level)
 # make install / uninstall          plain module install for KVER (default: running)
 # make dkms-install / dkms-uninstall  DKMS install (rebuilt for each new kernel)
@@ -47,6 +50,10 @@ tools:
 check:
 	for k in $(KERNELS); do vm/install-deps $$k || exit 1; done
 	tests/check --host $(foreach k,$(KERNELS),--kernel $(k))
+
+check-scale:
+	for k in $(KERNELS); do vm/install-deps $$k || exit 1; done
+	tests/check --only t_scale $(foreach k,$(KERNELS),--kernel $(k))
 
 # Host installation (root), for the kernel KVER=... given on the command
 # line, else the running one. Both kinds also install
@@ -156,5 +163,5 @@ clean:
 	$(MAKE) -C tools clean
 	$(MAKE) -C tests clean
 
-.PHONY: all deps module tools check fuzz bench bench-scale bench-vmm clean \
+.PHONY: all deps module tools check check-scale fuzz bench bench-scale bench-vmm clean \
 	install uninstall install-conf uninstall-conf dkms-install dkms-uninstall style

@@ -23,7 +23,8 @@
 #define SZ_1G		0x40000000ULL
 #define MSI_START	0xfee00000ULL
 #define MSI_END		0xfeefffffULL
-#define APERTURE_BITS	39
+/* The IOMMU aperture: 2^APERTURE_BITS bytes from IOVA 0 (th_aperture_bits()). */
+#define APERTURE_BITS	th_aperture_bits()
 #define APERTURE_END	((1ULL << APERTURE_BITS) - 1)
 
 /* IOVA bases used by the tests: well below the MSI window. */
@@ -84,6 +85,44 @@ static inline int th_kernel_series(void)
 static inline bool th_ro_zero_page_unshared(void)
 {
 	return th_kernel_series() >= 612;
+}
+
+/*
+ * The address width of the emulated IOMMU, in bits, as the guest was
+ * configured: vm/run --aw-bits (39, QEMU's default, or 48) exports it as
+ * VFIO_IOMMU_AW_BITS.  Outside vm/run (not set): 39.  t_info checks that the
+ * IOMMU's capability register and GET_INFO's IOVA ranges agree with it, so a
+ * guest booted with another width than the one announced fails there.
+ */
+static inline int th_aperture_bits(void)
+{
+	const char *s = getenv("VFIO_IOMMU_AW_BITS");
+	int bits = s && *s ? atoi(s) : 39;
+
+	return bits >= 32 && bits <= 57 ? bits : 39;
+}
+
+/*
+ * MGAW (maximum guest address width) from the capability register of the
+ * first DMAR unit (sysfs, hex), or -errno.
+ */
+static inline int th_dmar_mgaw_bits(void)
+{
+	char buf[64];
+	unsigned long long cap;
+	ssize_t n;
+	int fd = open("/sys/class/iommu/dmar0/intel-iommu/cap", O_RDONLY);
+
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -EIO;
+	buf[n] = 0;
+	if (sscanf(buf, "%llx", &cap) != 1)
+		return -EINVAL;
+	return (int)((cap >> 16) & 0x3f) + 1;
 }
 
 /*

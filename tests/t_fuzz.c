@@ -257,6 +257,8 @@ static bool model_v2, model_tracking;
 static int container = -1, group_fd = -1, group_no;
 static uint64_t usable_lo[8], usable_hi[8];
 static int nusable;
+/* The last usable IOVA (GET_INFO; the aperture's end: 2^39 or 2^48 - 1). */
+static uint64_t aperture_last = (1ULL << 39) - 1;
 static struct vu_counters base;
 static const char *want_module;
 
@@ -326,6 +328,8 @@ static void read_usable(void)
 			for (i = 0; i < r->nr_iovas && nusable < 8; i++) {
 				usable_lo[nusable] = r->iova_ranges[i].start;
 				usable_hi[nusable++] = r->iova_ranges[i].end;
+				if (r->iova_ranges[i].end > aperture_last || nusable == 1)
+					aperture_last = r->iova_ranges[i].end;
 			}
 		}
 		off = h->next;
@@ -520,7 +524,7 @@ static void op_map(void)
 		case 5: vaddr = -(1 + below(2)) * PG; snprintf(vdesc, sizeof(vdesc), "abs:0x%llx",
 				(unsigned long long)vaddr); break;
 		case 6: iova = 0xfee00000ULL - below(4) * PG; break;		/* MSI window */
-		case 7: iova = (1ULL << 39) - below(4) * PG; break;		/* aperture end */
+		case 7: iova = aperture_last + 1 - below(4) * PG; break;	/* aperture end */
 		case 8: iova = 1ULL << (40 + below(20)); break;
 		case 9: m.argsz = below(32); break;
 		case 10: flags |= 1u << (3 + below(29)); break;

@@ -120,6 +120,31 @@ TEST_V12(info_iova_ranges)
 	EXPECT_EQ(cap->iova_ranges[i + 1].start, MSI_END + 1);
 }
 
+/*
+ * The aperture the tests expect (APERTURE_BITS: vm/run --aw-bits, exported as
+ * VFIO_IOMMU_AW_BITS) is the one the emulated IOMMU reports in its
+ * capability register (MGAW), and GET_INFO's last usable IOVA is its end
+ * (info_iova_ranges): a guest booted with another width fails here.
+ */
+TEST(info_aperture_is_configured_width)
+{
+	int c = th_container(t);
+	char buf[4096];
+	struct vfio_iommu_type1_info_cap_iova_range *cap;
+	int mgaw = th_dmar_mgaw_bits();
+	const char *env = getenv("VFIO_IOMMU_AW_BITS");
+
+	th_diag("VFIO_IOMMU_AW_BITS=%s, aperture %d bits, DMAR MGAW %d bits",
+		env ? env : "(unset)", APERTURE_BITS, mgaw);
+	ASSERT_GT(mgaw, 0);
+	EXPECT_EQ(mgaw, APERTURE_BITS);
+	ASSERT_EQ(th_get_info(c, buf, sizeof(buf)), 0);
+	cap = (void *)th_find_cap(buf, sizeof(buf), VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE);
+	ASSERT_NE(cap, NULL);
+	ASSERT_GE(cap->nr_iovas, 1);
+	EXPECT_EQ(cap->iova_ranges[cap->nr_iovas - 1].end, APERTURE_END);
+}
+
 TEST_V12(info_migration_cap)
 {
 	int c = th_container(t);
