@@ -21,6 +21,8 @@
  *   FM_HAVE_MM_LOCK_SEQCOUNT      mm->mm_lock_seq is a seqcount_t that every
  *                                 mmap_write_lock() section writes (Debian
  *                                 6.12 has it; 6.1 has no per-VMA locks)
+ *   FM_HAVE_PIN_FAST_ONLY         pin_user_pages_fast_only(): GUP-fast that
+ *                                 never takes mmap_lock (6.1; gone by 6.12)
  *
  * Stock type1 behaviour that differs (uAPI answers foliomap gives exactly
  * as the stock driver of the same kernel does):
@@ -62,6 +64,7 @@
 #ifdef FM_KERNEL_6_1
 #define FM_HAVE_GUP_VMAS
 #define FM_HAVE_DRIVER_OPS_NOTIFY
+#define FM_HAVE_PIN_FAST_ONLY
 #else
 #define FM_HAVE_IOMMU_MAP_GFP
 #define FM_HAVE_PAGING_DOMAIN_ALLOC
@@ -238,13 +241,36 @@ static inline long fm_compat_memfd_pin_folios(struct file *file, loff_t start,
 }
 
 /*
+ * GUP-fast of the caller's own mm that never falls back to the locked walk,
+ * so it may run with mmap_lock held (6.1 only); returns the pages pinned.
+ */
+static inline bool fm_compat_have_pin_fast_only(void)
+{
+#ifdef FM_HAVE_PIN_FAST_ONLY
+	return true;
+#else
+	return false;
+#endif
+}
+
+static inline long fm_compat_pin_fast_only(unsigned long start, unsigned long nr,
+					   unsigned int gup_flags, struct page **pages)
+{
+#ifdef FM_HAVE_PIN_FAST_ONLY
+	return pin_user_pages_fast_only(start, nr, gup_flags, pages);
+#else
+	return 0;
+#endif
+}
+
+/*
  * Work done without mmap_lock (GUP-fast), then checked under it: begin
  * gives a token, and retry, called with mmap_lock held, says whether a
  * mmap_write_lock() section (munmap, mmap, mprotect, ...) began since. No
  * write section began (and none was running at begin): the vmas seen under
  * the lock are the ones the lockless work saw. Upstream 6.13 names this
  * mmap_lock_speculate_try_begin()/_retry(). Without the seqcount (6.1),
- * begin says no and the caller takes the lock for the work itself.
+ * begin says no: 6.1 runs GUP-fast under the lock instead (above).
  */
 static inline bool fm_compat_mm_speculate_begin(struct mm_struct *mm, unsigned int *seq)
 {

@@ -386,12 +386,37 @@ static long fm_batch_fill_locked(struct fm_batch *b, struct mm_struct *mm,
 
 /*
  * The lockless walk (GUP-fast) pins present pages of the caller's own mm
- * without mmap_lock, about twice as fast as the locked walk for 4K pages.
- * It never faults (FOLL_NOFAULT: faults, userfaultfd included, are the
- * locked walk's), and it does not look at the vma, so what it pinned only
- * stands if fm_fast_pins_valid() confirms it under mmap_lock. Returns the
- * number of pages pinned into @b->pages, 0 when none (or not tried).
+ * about twice as fast as the locked walk for 4K pages. It never faults
+ * (faults, userfaultfd included, are the locked walk's) and does not look
+ * at the vma, which GUP checks for VM_IO and VM_PFNMAP; two ways to make
+ * that check hold, one per kernel (compat.h):
+ *
+ *  - 6.12: pin without mmap_lock (FOLL_NOFAULT), then under it keep the
+ *    pins only if the vmas are fine and no mmap_write_lock() section
+ *    began meanwhile (fm_fast_pins_valid()): the vmas seen are those the
+ *    walk went through;
+ *  - 6.1: check the vmas under mmap_lock, then pin under it, with
+ *    pin_user_pages_fast_only(), which never takes the lock itself.
  */
+
+/*
+ * With mmap_read_lock held: the end of the part of [@addr, @end) that lies
+ * in vmas GUP takes pins from, starting with @vma (the one at @addr, or
+ * NULL).
+ */
+static unsigned long fm_vmas_pinnable(struct mm_struct *mm, struct vm_area_struct *vma,
+				      unsigned long addr, unsigned long end)
+{
+	while (vma && !(vma->vm_flags & (VM_IO | VM_PFNMAP))) {
+		if (vma->vm_end >= end)
+			return end;
+		addr = vma->vm_end;
+		vma = vma_lookup(mm, addr);
+	}
+	return addr;
+}
+
+/* 6.12, before taking mmap_lock: the number of pages pinned, or 0. */
 static long fm_batch_pin_fast(struct fm_batch *b, struct mm_struct *mm, unsigned long vaddr,
 			      unsigned long npage, int prot, unsigned int *seq)
 {
@@ -404,41 +429,46 @@ static long fm_batch_pin_fast(struct fm_batch *b, struct mm_struct *mm, unsigned
 	return max(ret, 0L);
 }
 
-/*
- * With mmap_read_lock held: are the @n pages that GUP-fast pinned at
- * @vaddr, whose vma is @vma, what the locked walk would have pinned?
- * GUP-fast already applied every per-page rule (present, writable,
- * pinnable long-term, not special, protection keys); what it cannot see is
- * the vma, and GUP refuses VM_IO (and VM_PFNMAP) vmas. If no
- * mmap_write_lock() section ran since fm_batch_pin_fast() began, the vmas
- * here are those it walked.
- */
+/* 6.12, under mmap_read_lock: do the @n pages pinned at @vaddr stand? */
 static bool fm_fast_pins_valid(struct mm_struct *mm, struct vm_area_struct *vma,
 			       unsigned long vaddr, long n, unsigned int seq)
 {
-	unsigned long end = fm_compat_untagged_addr(mm, vaddr) + (n << PAGE_SHIFT);
+	unsigned long addr = fm_compat_untagged_addr(mm, vaddr);
+	unsigned long end = addr + (n << PAGE_SHIFT);
 
-	if (fm_compat_mm_speculate_retry(mm, seq))
-		return false;
-	for (;;) {
-		if (!vma || (vma->vm_flags & (VM_IO | VM_PFNMAP)))
-			return false;
-		if (vma->vm_end >= end)
-			return true;
-		vma = vma_lookup(mm, vma->vm_end);
-	}
+	return !fm_compat_mm_speculate_retry(mm, seq) &&
+	       fm_vmas_pinnable(mm, vma, addr, end) == end;
+}
+
+/* 6.1, under mmap_read_lock: the number of pages pinned, or 0. */
+static long fm_batch_pin_fast_locked(struct fm_batch *b, struct mm_struct *mm,
+				     struct vm_area_struct *vma, unsigned long vaddr,
+				     unsigned long npage, int prot)
+{
+	unsigned long addr = fm_compat_untagged_addr(mm, vaddr), end;
+	long ret;
+
+	if (mm != current->mm || !fm_compat_have_pin_fast_only())
+		return 0;
+	end = fm_vmas_pinnable(mm, vma, addr, addr + (min(npage, b->capacity) << PAGE_SHIFT));
+	if (end == addr)
+		return 0;
+	ret = fm_compat_pin_fast_only(vaddr, (end - addr) >> PAGE_SHIFT, fm_gup_flags(prot),
+				      b->pages);
+	return max(ret, 0L);
 }
 
 /*
  * Fill the pinner's batch from @vaddr, under one mmap_read_lock round trip.
- * GUP-fast pins first, without the lock; under it, the first fill decides
- * whether the dma has folio pins (filepin.c) and the fast pins are
- * confirmed, or dropped for the locked walk. A mapping with folio pins
- * takes what filepin.c can pin by folio and leaves the rest (absent
+ * GUP-fast pins first where it can (above); under the lock, the first fill
+ * decides whether the dma has folio pins (filepin.c). A mapping with folio
+ * pins takes what filepin.c can pin by folio and leaves the rest (absent
  * folios, other vmas) to GUP, whose pins are then brought to one per folio.
+ * The locked walk pins what is left, the way stock pins.
  */
 static long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npage)
 {
+	bool fast = !p->dma->folio_pins && npage >= FM_FAST_MIN_PAGES;
 	bool write = p->dma->prot & IOMMU_WRITE;
 	struct fm_batch *b = &p->batch;
 	struct fm_dma *dma = p->dma;
@@ -446,24 +476,29 @@ static long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned lo
 	unsigned int seq;
 	long n = 0;
 
-	if (!dma->folio_pins && npage >= FM_FAST_MIN_PAGES)
+	if (fast)
 		n = fm_batch_pin_fast(b, p->mm, vaddr, npage, dma->prot, &seq);
 	mmap_read_lock(p->mm);
-	if (!p->mode_known || n > 0)
+	if (!p->mode_known || fast)
 		vma = vma_lookup(p->mm, fm_compat_untagged_addr(p->mm, vaddr));
 	if (!p->mode_known) {
 		dma->folio_pins = vma && fm_filepin_applies(vma, write);
 		p->mode_known = true;
 	}
 	if (n > 0) {
-		if (!dma->folio_pins && fm_fast_pins_valid(p->mm, vma, vaddr, n, seq)) {
-			mmap_read_unlock(p->mm);
-			fm_batch_reset(b);
-			fm_batch_pages_to_runs(b, n);
-			return n;
+		if (dma->folio_pins || !fm_fast_pins_valid(p->mm, vma, vaddr, n, seq)) {
+			/* Rare: start over under the lock. */
+			unpin_user_pages(b->pages, n);
+			n = 0;
 		}
-		/* Rare: start over under the lock, the way stock pins. */
-		unpin_user_pages(b->pages, n);
+	} else if (fast && !dma->folio_pins) {
+		n = fm_batch_pin_fast_locked(b, p->mm, vma, vaddr, npage, dma->prot);
+	}
+	if (n > 0) {
+		mmap_read_unlock(p->mm);
+		fm_batch_reset(b);
+		fm_batch_pages_to_runs(b, n);
+		return n;
 	}
 	if (dma->folio_pins) {
 		unsigned long first, want = min_t(unsigned long, npage, FM_FILEPIN_PAGES);
