@@ -43,8 +43,6 @@ unsigned long fm_vpfn_count(struct fm_dma *dma, dma_addr_t iova, unsigned long n
 	struct rb_node *node = dma->pfn_list.rb_node, *first = NULL;
 	unsigned long count = 0;
 
-	if (!node)
-		return 0;
 	while (node) {
 		struct fm_vpfn *vpfn = rb_entry(node, struct fm_vpfn, node);
 

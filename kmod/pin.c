@@ -2,10 +2,13 @@
 /*
  * The pin pipeline, used by MAP_DMA and by the replay into a new domain:
  *
- *   fill     under one mmap_read_lock, one pin_user_pages_remote() call
- *            fills a batch of up to FM_BATCH_PAGES page pointers (or, for a
- *            VM_PFNMAP range, pfns looked up one leaf entry at a time; for
- *            shared hugetlbfs, one memfd_pin_folios() call, see filepin.c);
+ *   fill     one mmap_read_lock round trip fills a batch of up to
+ *            FM_BATCH_PAGES page pointers: GUP-fast pins the present pages
+ *            of the caller's own mm, checked against the vmas under the
+ *            lock, and one pin_user_pages_remote() call pins the rest (or,
+ *            for a VM_PFNMAP range, pfns are looked up one leaf entry at a
+ *            time; for shared hugetlbfs, one memfd_pin_folios() call, see
+ *            filepin.c);
  *   charge   one pass over the batch: one reserved test per folio segment,
  *            one vpfn count per stretch of ordinary pages, and a single
  *            fm_lock_acct() for the whole batch;
