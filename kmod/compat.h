@@ -20,7 +20,10 @@
  *   FM_HAVE_MEMFD_PIN_FOLIOS      memfd_pin_folios() pins a file's folios
  *   FM_HAVE_MM_LOCK_SEQCOUNT      mm->mm_lock_seq is a seqcount_t that every
  *                                 mmap_write_lock() section writes (Debian
- *                                 6.12 has it; 6.1 has no per-VMA locks)
+ *                                 6.12.117 has it, from 6.13; upstream 6.12
+ *                                 has an int: Kbuild looks at the header
+ *                                 and defines FM_MM_LOCK_SEQCOUNT_T; 6.1
+ *                                 has no per-VMA locks)
  *   FM_HAVE_PIN_FAST_ONLY         pin_user_pages_fast_only(): GUP-fast that
  *                                 never takes mmap_lock (6.1; gone by 6.12)
  *
@@ -73,7 +76,7 @@
 #define FM_HAVE_UNTAGGED_ADDR_REMOTE
 #define FM_HAVE_INFO_FULL_WRITEBACK
 #define FM_HAVE_MEMFD_PIN_FOLIOS
-#ifdef CONFIG_PER_VMA_LOCK
+#if defined(CONFIG_PER_VMA_LOCK) && defined(FM_MM_LOCK_SEQCOUNT_T)
 #define FM_HAVE_MM_LOCK_SEQCOUNT
 #endif
 #endif

@@ -129,7 +129,8 @@ int fm_lock_acct(struct fm_dma *dma, long npage, bool async)
 
 	if (!npage)
 		return 0;
-	if (async && dma->mm == current->mm)
+	/* A kthread using the mm (kthread_use_mm()) holds no user reference. */
+	if (async && dma->mm == current->mm && !(current->flags & PF_KTHREAD))
 		async = false;
 	if (async && !mmget_not_zero(dma->mm))
 		return -ESRCH;
@@ -391,26 +392,34 @@ static long fm_batch_fill_locked(struct fm_batch *b, struct mm_struct *mm,
  * The lockless walk (GUP-fast) pins present pages of the caller's own mm
  * about twice as fast as the locked walk for 4K pages. It never faults
  * (faults, userfaultfd included, are the locked walk's) and does not look
- * at the vma, which GUP checks for VM_IO and VM_PFNMAP; two ways to make
- * that check hold, one per kernel (compat.h):
+ * at the vma, whose flags GUP checks; two ways to make that check hold,
+ * one per kernel (compat.h):
  *
- *  - 6.12: pin without mmap_lock (FOLL_NOFAULT), then under it keep the
- *    pins only if the vmas are fine and no mmap_write_lock() section
- *    began meanwhile (fm_fast_pins_valid()): the vmas seen are those the
- *    walk went through;
+ *  - 6.12: pin before taking mmap_lock (pin_user_pages_fast() with
+ *    FOLL_NOFAULT; what GUP-fast misses it passes to the locked walk
+ *    itself, which checks the vmas and does not fault), then under the
+ *    lock keep the pins only if the vmas are fine and no
+ *    mmap_write_lock() section began meanwhile (fm_fast_pins_valid()): the
+ *    vmas seen are those the walk went through. munmap() zaps the page
+ *    tables after downgrading to the read lock, but it has taken the vmas
+ *    out before: the lookup here finds none, and the pins are dropped;
  *  - 6.1: check the vmas under mmap_lock, then pin under it, with
  *    pin_user_pages_fast_only(), which never takes the lock itself.
  */
 
 /*
  * With mmap_read_lock held: the end of the part of [@addr, @end) that lies
- * in vmas GUP takes pins from, starting with @vma (the one at @addr, or
- * NULL).
+ * in vmas the locked walk takes pins from for this access (GUP's
+ * check_vma_flags(): not VM_IO or VM_PFNMAP, VM_WRITE for device writes,
+ * VM_READ otherwise; GUP-fast enforces the rest per page), starting with
+ * @vma (the one at @addr, or NULL).
  */
 static unsigned long fm_vmas_pinnable(struct mm_struct *mm, struct vm_area_struct *vma,
-				      unsigned long addr, unsigned long end)
+				      unsigned long addr, unsigned long end, bool write)
 {
-	while (vma && !(vma->vm_flags & (VM_IO | VM_PFNMAP))) {
+	vm_flags_t need = write ? VM_WRITE : VM_READ;
+
+	while (vma && !(vma->vm_flags & (VM_IO | VM_PFNMAP)) && (vma->vm_flags & need)) {
 		if (vma->vm_end >= end)
 			return end;
 		addr = vma->vm_end;
@@ -434,13 +443,13 @@ static long fm_batch_pin_fast(struct fm_batch *b, struct mm_struct *mm, unsigned
 
 /* 6.12, under mmap_read_lock: do the @n pages pinned at @vaddr stand? */
 static bool fm_fast_pins_valid(struct mm_struct *mm, struct vm_area_struct *vma,
-			       unsigned long vaddr, long n, unsigned int seq)
+			       unsigned long vaddr, long n, unsigned int seq, bool write)
 {
 	unsigned long addr = fm_compat_untagged_addr(mm, vaddr);
 	unsigned long end = addr + (n << PAGE_SHIFT);
 
 	return !fm_compat_mm_speculate_retry(mm, seq) &&
-	       fm_vmas_pinnable(mm, vma, addr, end) == end;
+	       fm_vmas_pinnable(mm, vma, addr, end, write) == end;
 }
 
 /* 6.1, under mmap_read_lock: the number of pages pinned, or 0. */
@@ -453,7 +462,8 @@ static long fm_batch_pin_fast_locked(struct fm_batch *b, struct mm_struct *mm,
 
 	if (mm != current->mm || !fm_compat_have_pin_fast_only())
 		return 0;
-	end = fm_vmas_pinnable(mm, vma, addr, addr + (min(npage, b->capacity) << PAGE_SHIFT));
+	end = fm_vmas_pinnable(mm, vma, addr, addr + (min(npage, b->capacity) << PAGE_SHIFT),
+			       prot & IOMMU_WRITE);
 	if (end == addr)
 		return 0;
 	ret = fm_compat_pin_fast_only(vaddr, (end - addr) >> PAGE_SHIFT, fm_gup_flags(prot),
@@ -489,7 +499,7 @@ static long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned lo
 		p->mode_known = true;
 	}
 	if (n > 0) {
-		if (dma->folio_pins || !fm_fast_pins_valid(p->mm, vma, vaddr, n, seq)) {
+		if (dma->folio_pins || !fm_fast_pins_valid(p->mm, vma, vaddr, n, seq, write)) {
 			/* Rare: start over under the lock. */
 			unpin_user_pages(b->pages, n);
 			n = 0;

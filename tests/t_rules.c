@@ -2,8 +2,9 @@
 /*
  * Rules the stock driver enforces through GUP, which a backend must keep
  * however it pins: a userfaultfd fault nobody serves fails MAP_DMA at once
- * (-EFAULT) instead of waiting with the container locked, and a writable
- * pin of a memfd never coexists with F_SEAL_WRITE on it. (VM_IO mappings,
+ * (-EFAULT) instead of waiting with the container locked, a device-
+ * readable map needs a readable vma, and a writable pin of a memfd never
+ * coexists with F_SEAL_WRITE on it. (VM_IO mappings,
  * which need driver-owned memory, are in t_emulated.)
  */
 #include "common.h"	/* first: it defines _GNU_SOURCE */
@@ -140,6 +141,32 @@ TEST(uffd_wp_unserved)
 	EXPECT_EQ(th_vmlck_kb(t), NPG * 4);
 	UNMAP_OK(m.c, IOVA_A, size);
 	EXPECT_EQ(th_pins(t), 0);
+}
+
+/*
+ * Memory mapped PROT_WRITE only (x86 ptes are readable all the same): GUP
+ * asks for VM_READ for a device-readable map and refuses it, -EFAULT, with
+ * nothing pinned; device-writable, it needs VM_WRITE only and pins.
+ */
+TEST(write_only_memory)
+{
+	const size_t size = NPG * SZ_4K;
+	int c = th_container(t);
+	char *p = mmap(NULL, size, PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	ASSERT_NE(p, MAP_FAILED);
+	th_own_mem(t, p, size);
+	ASSERT_EQ(madvise(p, size, MADV_NOHUGEPAGE), 0);
+	for (size_t i = 0; i < size; i += SZ_4K)
+		p[i] = 1;
+	EXPECT_EQ(vu_map(c, IOVA_A, p, size, VFIO_DMA_MAP_FLAG_READ), -EFAULT);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+	ASSERT_EQ(vu_map(c, IOVA_A, p, size, RW), 0);
+	EXPECT_EQ(th_pins(t), NPG);
+	UNMAP_OK(c, IOVA_A, size);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
 }
 
 /* ------------------------------------------------------------------ */
