@@ -14,7 +14,6 @@
 #include <dirent.h>
 #include <limits.h>
 #include <pthread.h>
-#include <sys/stat.h>
 #include <sys/utsname.h>
 
 #include "common.h"
@@ -35,10 +34,8 @@ static int emu_module_load(void)
 {
 	char exe[PATH_MAX], path[PATH_MAX + 128], *slash;
 	struct utsname u;
-	struct stat st;
 	ssize_t n;
-	void *img;
-	int fd, ret;
+	int ret;
 
 	if (access("/sys/module/fm_emu", F_OK) == 0)
 		return 0;
@@ -50,27 +47,13 @@ static int emu_module_load(void)
 	if (slash)
 		*slash = 0;
 	snprintf(path, sizeof(path), "%s/fm_emu-%s.ko", exe, u.release);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		fprintf(stderr, "t_emulated: %s: %s (make -C tests)\n", path, strerror(errno));
-		return -errno;
-	}
-	if (fstat(fd, &st)) {
-		close(fd);
-		return -errno;
-	}
-	img = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-	close(fd);
-	if (img == MAP_FAILED)
-		return -errno;
-	ret = syscall(SYS_init_module, img, (unsigned long)st.st_size, "") ? -errno : 0;
-	munmap(img, st.st_size);
+	ret = vu_module_insert(path);
 	if (ret == -EEXIST)
 		ret = 0;
 	else if (!ret)
 		emu_inserted = true;
 	if (ret)
-		fprintf(stderr, "t_emulated: init_module %s: %s\n", path, strerror(-ret));
+		fprintf(stderr, "t_emulated: %s: %s (make -C tests)\n", path, strerror(-ret));
 	return ret;
 }
 

@@ -556,10 +556,8 @@ static int step_partial(struct ctx *x, const struct row *r, double *v)
 static int emu_ready(struct ctx *x)
 {
 	char link[256], *slash;
-	struct stat st;
 	ssize_t n;
-	void *img;
-	int fd, ret;
+	int ret;
 
 	if (x->emu_group > 0)
 		return 0;
@@ -568,21 +566,10 @@ static int emu_ready(struct ctx *x)
 			fprintf(stderr, "matrix-bench: fm_emu not loaded and no --emu-ko\n");
 			return -ENOENT;
 		}
-		fd = open(x->o->emu_ko, O_RDONLY | O_CLOEXEC);
-		if (fd < 0 || fstat(fd, &st)) {
-			fprintf(stderr, "matrix-bench: %s: %s (make -C tests)\n", x->o->emu_ko,
-				strerror(errno));
-			return -ENOENT;
-		}
-		img = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-		close(fd);
-		if (img == MAP_FAILED)
-			return -errno;
-		ret = syscall(SYS_init_module, img, (unsigned long)st.st_size, "") ? -errno : 0;
-		munmap(img, st.st_size);
+		ret = vu_module_insert(x->o->emu_ko);
 		if (ret && ret != -EEXIST) {
-			fprintf(stderr, "matrix-bench: init_module %s: %s\n", x->o->emu_ko,
-				strerror(-ret));
+			fprintf(stderr, "matrix-bench: init_module %s: %s (make -C tests)\n",
+				x->o->emu_ko, strerror(-ret));
 			return ret;
 		}
 		x->emu_loaded = !ret;

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -462,4 +464,27 @@ double vu_now(void)
 
 	clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int vu_module_insert(const char *path)
+{
+	struct stat st;
+	void *img;
+	int fd, ret;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st)) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	img = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (img == MAP_FAILED)
+		return -errno;
+	ret = syscall(SYS_init_module, img, (unsigned long)st.st_size, "") ? -errno : 0;
+	munmap(img, st.st_size);
+	return ret;
 }

@@ -83,6 +83,11 @@ void vu_vmstat_refresh(void);
 /* A number read from or written to a sysfs/procfs file; -1 / -errno on failure. */
 long long vu_read_number(const char *path);
 int vu_write_number(const char *path, long long v);
+/*
+ * Insert the kernel module in the file at @path (init_module): 0 when
+ * inserted, -EEXIST when a module of that name is loaded already, -errno.
+ */
+int vu_module_insert(const char *path);
 /* Reference count of a loaded module (each open container holds one), or -1. */
 long vu_module_refcnt(const char *mod);
 
