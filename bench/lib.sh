@@ -9,9 +9,9 @@
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$BENCH_DIR/.." && pwd -P)
-# Every run's results go to build/bench/<name>-<UTC>.json/.png (not in
-# git); bench/results/ keeps only the *latest.* files that reference runs
-# replace (and the READMEs quote) plus older runs quoted by name.
+# Every run's results go to build/bench/[<name>-]<UTC>.json/.png (not in
+# git); bench/results/ keeps only the *latest.* files, which only a clean
+# run on the reference setup replaces (bench_reference), and NOTES.md.
 RESULTS=$BENCH_DIR/results
 RUNS=$REPO/build/bench
 

@@ -350,6 +350,83 @@ static inline void th_set_memlock(struct th *t, unsigned long long bytes)
 } while (0)
 #define UNMAP_OK(c, iova, size)	UNMAP_RANGE(c, iova, size, size)
 
+/* Pins outstanding and VmLck (kB) since the test began: both checks, non-fatal. */
+#define EXPECT_PINS_VMLCK(pins, kb) do {				\
+	EXPECT_EQ(th_pins(t), pins);					\
+	EXPECT_EQ(th_vmlck_kb(t), kb);					\
+} while (0)
+/* The same for @pages 4K pages, each pinned once and charged once. */
+#define EXPECT_ACCT(pages) do {						\
+	long long _pages = (pages);					\
+	EXPECT_EQ(th_pins(t), _pages);					\
+	EXPECT_EQ(th_vmlck_kb(t), _pages * 4);				\
+} while (0)
+
+
+/*
+ * A forked child that reports back through a pipe: th_fork() returns
+ * true in the child, which does its part and ends with th_child_reply()
+ * (@len bytes to the parent, exit 0; exit 2 if the write fails); the
+ * parent then calls th_child_collect(), which reads the @len bytes, reaps
+ * the child and fails the test unless both worked and it exited 0.
+ */
+struct th_child {
+	pid_t	pid;
+	int	pipe[2];
+};
+
+static inline bool th_fork(struct th *t, struct th_child *ch)
+{
+	ASSERT_EQ(pipe(ch->pipe), 0);
+	ch->pid = fork();
+	ASSERT_GE(ch->pid, 0);
+	return ch->pid == 0;
+}
+
+static inline void __attribute__((noreturn))
+th_child_reply(struct th_child *ch, const void *buf, size_t len)
+{
+	if (write(ch->pipe[1], buf, len) != (ssize_t)len)
+		_exit(2);
+	_exit(0);
+}
+
+static inline void th_child_collect(struct th *t, struct th_child *ch, void *buf, size_t len)
+{
+	int status;
+
+	close(ch->pipe[1]);
+	ASSERT_EQ(read(ch->pipe[0], buf, len), len);
+	close(ch->pipe[0]);
+	ASSERT_EQ(waitpid(ch->pid, &status, 0), ch->pid);
+	ASSERT_EQ(status, 0);
+}
+
+/* Reap child @pid (fails the test if waitpid does); returns its wait status. */
+static inline int th_reap(struct th *t, pid_t pid)
+{
+	int status;
+
+	ASSERT_EQ(waitpid(pid, &status, 0), pid);
+	return status;
+}
+
+/*
+ * Reap child @pid if it exits within @ms (polled every 10 ms): true and
+ * its wait status in *@status, or false with the child still running (a
+ * process stuck in the kernel cannot be waited for).
+ */
+static inline bool th_reap_within(pid_t pid, int *status, int ms)
+{
+	double t0 = vu_now();
+
+	while (waitpid(pid, status, WNOHANG) == 0) {
+		if (vu_now() - t0 > ms / 1000.0)
+			return false;
+		usleep(10000);
+	}
+	return true;
+}
 
 /*
  * A mapper to SIGKILL in the middle of a large MAP_DMA. The child sets up a

@@ -76,8 +76,7 @@ static void rlimit_kind(struct th *t, enum vu_mem_kind kind)
 	th_drop_ipc_lock(t);
 	th_set_memlock(t, 3 * SZ_2M);
 	EXPECT_EQ(vu_map(c, IOVA_B, p, 4 * SZ_2M, RW), -ENOMEM);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	EXPECT_EQ(th_dma_avail(c), avail);
 	/* nothing left at the IOVA: an unmap finds nothing */
 	UNMAP_RANGE(c, IOVA_B, 4 * SZ_2M, 0);

@@ -17,12 +17,6 @@
 #define E1000_RDLEN	0x2808
 
 /* pins and VmLck (KiB) since the test started; pages evaluated once */
-#define EXPECT_ACCT(pages) do {						\
-	long long _pages = (pages);					\
-	EXPECT_EQ(th_pins(t), _pages);					\
-	EXPECT_EQ(th_vmlck_kb(t), _pages * 4);				\
-} while (0)
-
 /* First e1000e's device fd in the container's group. */
 static int e1000e_dev(struct th *t, int gfd)
 {

@@ -201,8 +201,7 @@ TEST(dirty_unmap_get_bitmap)
 	ASSERT_EQ(unmap_bitmap(c, IOVA_A, 12 * P, P, &bm, 8, &done), 0);
 	EXPECT_EQ(done, 4 * P);
 	EXPECT_EQ(bm & 0xfff, 0xf00ULL);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	EXPECT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), 0);
 }
 

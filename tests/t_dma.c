@@ -87,8 +87,7 @@ static void dma_boundaries(struct th *t, enum vu_mem_kind kind)
 	ref = copy_of(t, m, MEM_SIZE);
 	MAP_OK(c, IOVA_AL, m, MEM_SIZE);
 	MAP_OK(c, IOVA_MIS, m, MEM_SIZE);
-	EXPECT_EQ(th_pins(t), 2 * MEM_SIZE / SZ_4K);
-	EXPECT_EQ(th_vmlck_kb(t), 2 * MEM_SIZE / 1024);
+	EXPECT_PINS_VMLCK(2 * MEM_SIZE / SZ_4K, 2 * MEM_SIZE / 1024);
 
 	/* [B - 0x7f0, B) ends at the boundary, [B, B + 0x800) starts at it */
 	EDU_FROM_RAM(&e, IOVA_AL + B - 0x7f0, 0, 0x7f0);
@@ -114,8 +113,7 @@ static void dma_boundaries(struct th *t, enum vu_mem_kind kind)
 
 	UNMAP_OK(c, IOVA_AL, MEM_SIZE);
 	UNMAP_OK(c, IOVA_MIS, MEM_SIZE);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 TEST(dma_boundaries_thp)
@@ -158,8 +156,7 @@ TEST_V12(dma_two_halves_thp)
 	ref = copy_of(t, m, MEM_SIZE);
 	MAP_OK(c, X, m, H);
 	MAP_OK(c, X + H, m + H, MEM_SIZE - H);
-	EXPECT_EQ(th_pins(t), MEM_SIZE / SZ_4K);
-	EXPECT_EQ(th_vmlck_kb(t), MEM_SIZE / 1024);
+	EXPECT_PINS_VMLCK(MEM_SIZE / SZ_4K, MEM_SIZE / 1024);
 
 	EDU_FROM_RAM(&e, X + H - 0x333, 0, 0xff0);
 	EDU_TO_RAM(&e, 0, X + SZ_2M - 0x7f8, 0xff0);
@@ -171,8 +168,7 @@ TEST_V12(dma_two_halves_thp)
 	ASSERT_SAME(m, ref, MEM_SIZE);
 
 	UNMAP_OK(c, X + H, MEM_SIZE - H);
-	EXPECT_EQ(th_pins(t), H / SZ_4K);
-	EXPECT_EQ(th_vmlck_kb(t), H / 1024);
+	EXPECT_PINS_VMLCK(H / SZ_4K, H / 1024);
 	/*
 	 * New data across the seam: only the lower, mapped half takes it.  8
 	 * bytes, so that the refused half is one access and one fault.
@@ -270,8 +266,7 @@ TEST_V12(dma_after_unmap_faults)
 		/* v1: one range over the three */
 		UNMAP_RANGE(c, A, M + SZ_2M - A, 2 * SZ_2M + 4 * SZ_4K);
 	}
-	EXPECT_EQ(th_pins(t), 1);
-	EXPECT_EQ(th_vmlck_kb(t), 4);
+	EXPECT_PINS_VMLCK(1, 4);
 
 	kfd = kmsg_open(t);
 	EDU_FAULT_PROBE(&e, kfd, A + 0x1ff000, true);
@@ -336,8 +331,7 @@ TEST(dma_read_only_write_only)
 	ASSERT_EQ(vu_map(c, R4, ro4k, 2 * SZ_4K, VFIO_DMA_MAP_FLAG_READ), 0);
 	ASSERT_EQ(vu_map(c, W, wo, 2 * SZ_4K, VFIO_DMA_MAP_FLAG_WRITE), 0);
 	MAP_OK(c, IOVA_SCRATCH, scr, SZ_4K);
-	EXPECT_EQ(th_pins(t), 512 + 2 + 2 + 1);
-	EXPECT_EQ(th_vmlck_kb(t), 2048 + 8 + 8 + 4);
+	EXPECT_PINS_VMLCK(512 + 2 + 2 + 1, 2048 + 8 + 8 + 4);
 
 	EDU_FROM_RAM(&e, IOVA_SCRATCH, 0, 0xff0);
 	kfd = kmsg_open(t);
@@ -367,8 +361,7 @@ TEST(dma_read_only_write_only)
 	ASSERT_SAME(ro, rro, SZ_2M);
 
 	UNMAP_RANGE(c, 0, EDU_IOVA_MAX, SZ_2M + 5 * SZ_4K);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 TEST_HARNESS_MAIN

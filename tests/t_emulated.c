@@ -175,6 +175,17 @@ static uint64_t *sig_mem(struct th *t, size_t size)
 
 #define KB(pages)	((long long)(pages) * 4)
 
+/* emu_v2(), then MSZ of sig_mem() mapped read/write at IOVA_A. */
+static uint64_t *emu_v2_mapped(struct th *t, struct emu *e, bool nic)
+{
+	uint64_t *p;
+
+	emu_v2(t, e, nic);
+	p = sig_mem(t, MSZ);
+	MAP_OK(e->c, IOVA_A, p, MSZ);
+	return p;
+}
+
 /* ------------------------------------------------------------------ */
 /* setup */
 
@@ -198,32 +209,25 @@ TEST(emu_device_opens)
 TEST(pin_charges_without_iommu_group)
 {
 	struct emu e;
-	uint64_t *p, sig[4] = { 0 };
+	uint64_t sig[4] = { 0 };
 	int i;
 
-	emu_v2(t, &e, false);
-	p = sig_mem(t, MSZ);
-	MAP_OK(e.c, IOVA_A, p, MSZ);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	emu_v2_mapped(t, &e, false);
+	EXPECT_PINS_VMLCK(0, 0);
 
 	ASSERT_EQ(emu_pin_sig(t, &e, IOVA_A + 2 * SZ_4K, 4, IOMMU_R | IOMMU_W, sig, 0), 4);
 	for (i = 0; i < 4; i++)
 		EXPECT_EQ(sig[i], SIG(2 + i));
-	EXPECT_EQ(th_pins(t), 4);
-	EXPECT_EQ(th_vmlck_kb(t), KB(4));
+	EXPECT_PINS_VMLCK(4, KB(4));
 
 	/* the same pages again: a reference, no new pin or charge */
 	ASSERT_EQ(emu_pin(t, &e, IOVA_A + 3 * SZ_4K, 2, IOMMU_R), 2);
-	EXPECT_EQ(th_pins(t), 4);
-	EXPECT_EQ(th_vmlck_kb(t), KB(4));
+	EXPECT_PINS_VMLCK(4, KB(4));
 
 	emu_unpin(t, &e, IOVA_A + 2 * SZ_4K, 4);
-	EXPECT_EQ(th_pins(t), 2);
-	EXPECT_EQ(th_vmlck_kb(t), KB(2));
+	EXPECT_PINS_VMLCK(2, KB(2));
 	emu_unpin(t, &e, IOVA_A + 3 * SZ_4K, 2);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	UNMAP_OK(e.c, IOVA_A, MSZ);
 	EXPECT_EQ(emu_stats(t, &e).unmap_calls, 0);	/* nothing was pinned */
 }
@@ -232,31 +236,25 @@ TEST(pin_charges_without_iommu_group)
 TEST(pin_not_double_charged_with_iommu_group)
 {
 	struct emu e;
-	uint64_t *p, sig[3] = { 0 };
+	uint64_t sig[3] = { 0 };
 	int i;
 
-	emu_v2(t, &e, true);
-	p = sig_mem(t, MSZ);
-	MAP_OK(e.c, IOVA_A, p, MSZ);
-	EXPECT_EQ(th_pins(t), NP);
-	EXPECT_EQ(th_vmlck_kb(t), KB(NP));
+	emu_v2_mapped(t, &e, true);
+	EXPECT_PINS_VMLCK(NP, KB(NP));
 
 	ASSERT_EQ(emu_pin_sig(t, &e, IOVA_A + 5 * SZ_4K, 3, IOMMU_W, sig, 0), 3);
 	for (i = 0; i < 3; i++)
 		EXPECT_EQ(sig[i], SIG(5 + i));
 	/* the external pin holds a pin of its own but no extra charge */
-	EXPECT_EQ(th_pins(t), NP + 3);
-	EXPECT_EQ(th_vmlck_kb(t), KB(NP));
+	EXPECT_PINS_VMLCK(NP + 3, KB(NP));
 	emu_unpin(t, &e, IOVA_A + 5 * SZ_4K, 3);
-	EXPECT_EQ(th_pins(t), NP);
-	EXPECT_EQ(th_vmlck_kb(t), KB(NP));
+	EXPECT_PINS_VMLCK(NP, KB(NP));
 
 	/* unmapping while pinned: the callback drops them, nothing leaks */
 	ASSERT_EQ(emu_pin(t, &e, IOVA_A, NP, IOMMU_R | IOMMU_W), NP);
 	EXPECT_EQ(th_pins(t), 2 * NP);
 	UNMAP_OK(e.c, IOVA_A, MSZ);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	EXPECT_EQ(emu_stats(t, &e).pinned_pages, 0);
 }
 
@@ -267,9 +265,7 @@ TEST(pin_writes_reach_user_memory)
 	uint64_t *p;
 	int i;
 
-	emu_v2(t, &e, false);
-	p = sig_mem(t, MSZ);
-	MAP_OK(e.c, IOVA_A, p, MSZ);
+	p = emu_v2_mapped(t, &e, false);
 	ASSERT_EQ(emu_pin_sig(t, &e, IOVA_A + SZ_4K, 8, IOMMU_R | IOMMU_W, NULL, 0x7700), 8);
 	for (i = 0; i < 8; i++)
 		EXPECT_EQ(p[(1 + i) * (SZ_4K / 8) + 1], 0x7700 + i);
@@ -305,8 +301,7 @@ TEST(pin_memory_kinds)
 		EXPECT_EQ(th_pins(t), 7);
 		/* unmap drops them through the callback */
 		UNMAP_OK(e.c, IOVA_A, size);
-		EXPECT_EQ(th_pins(t), 0);
-		EXPECT_EQ(th_vmlck_kb(t), 0);
+		EXPECT_PINS_VMLCK(0, 0);
 	}
 }
 
@@ -327,8 +322,7 @@ TEST(pin_across_mappings_and_max)
 	EXPECT_EQ(sig[1], SIG(NP - 1));
 	EXPECT_EQ(sig[2], SIG(0));
 	EXPECT_EQ(sig[3], SIG(1));
-	EXPECT_EQ(th_pins(t), 4);
-	EXPECT_EQ(th_vmlck_kb(t), KB(4));
+	EXPECT_PINS_VMLCK(4, KB(4));
 	emu_unpin(t, &e, IOVA_A + MSZ - 2 * SZ_4K, 4);
 
 	big = sig_mem(t, 512 * SZ_4K);
@@ -336,11 +330,9 @@ TEST(pin_across_mappings_and_max)
 	ASSERT_EQ(emu_pin_sig(t, &e, IOVA_B, 512, IOMMU_R | IOMMU_W, sig, 0), 512);
 	EXPECT_EQ(sig[0], SIG(0));
 	EXPECT_EQ(sig[511], SIG(511));
-	EXPECT_EQ(th_pins(t), 512);
-	EXPECT_EQ(th_vmlck_kb(t), KB(512));
+	EXPECT_PINS_VMLCK(512, KB(512));
 	emu_unpin(t, &e, IOVA_B, 512);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	UNMAP_OK(e.c, IOVA_B, 512 * SZ_4K);
 	UNMAP_OK(e.c, IOVA_A, 2 * MSZ);
 }
@@ -349,12 +341,10 @@ TEST(pin_across_mappings_and_max)
 TEST(pin_invalid_args)
 {
 	struct emu e;
-	uint64_t *p, sig = 0;
+	uint64_t sig = 0;
 	long long before;
 
-	emu_v2(t, &e, false);
-	p = sig_mem(t, MSZ);
-	MAP_OK(e.c, IOVA_A, p, MSZ);
+	emu_v2_mapped(t, &e, false);
 
 	EXPECT_EQ(emu_pin(t, &e, IOVA_B, 1, IOMMU_R), -EINVAL);		/* not mapped */
 	EXPECT_EQ(emu_pin(t, &e, IOVA_A - SZ_4K, 1, IOMMU_R), -EINVAL);	/* just below */
@@ -364,19 +354,16 @@ TEST(pin_invalid_args)
 	EXPECT_EQ(emu_pin(t, &e, IOVA_A, INT_MAX, IOMMU_R), -E2BIG);
 	/* running off the end of the mapping: everything pinned so far undone */
 	EXPECT_EQ(emu_pin(t, &e, IOVA_A + MSZ - 2 * SZ_4K, 3, IOMMU_R), -EINVAL);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	EXPECT_EQ(emu_stats(t, &e).records, 0);
 
 	/* unaligned iova: stock pins the page that holds it */
 	before = th_pins(t);
 	ASSERT_EQ(emu_pin_sig(t, &e, IOVA_A + 3 * SZ_4K + 0x800, 1, IOMMU_R, &sig, 0), 1);
 	EXPECT_EQ(sig, SIG(3));
-	EXPECT_EQ(th_pins(t), before + 1);
-	EXPECT_EQ(th_vmlck_kb(t), KB(1));
+	EXPECT_PINS_VMLCK(before + 1, KB(1));
 	emu_unpin(t, &e, IOVA_A + 3 * SZ_4K + 0x800, 1);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	UNMAP_OK(e.c, IOVA_A, MSZ);
 }
 
@@ -384,11 +371,8 @@ TEST(pin_invalid_args)
 TEST(pin_negative_npage)
 {
 	struct emu e;
-	uint64_t *p;
 
-	emu_v2(t, &e, false);
-	p = sig_mem(t, MSZ);
-	MAP_OK(e.c, IOVA_A, p, MSZ);
+	emu_v2_mapped(t, &e, false);
 	EXPECT_EQ(emu_pin(t, &e, IOVA_A, -1, IOMMU_R), -E2BIG);
 	EXPECT_EQ(th_pins(t), 0);
 	EXPECT_EQ(emu_stats(t, &e).records, 0);
@@ -447,8 +431,7 @@ static void unmap_callback_body(struct th *t, bool nic)
 	ASSERT_EQ(emu_pin(t, &e, IOVA_A + SZ_4K, 2, IOMMU_R), 2);
 	ASSERT_EQ(emu_pin(t, &e, IOVA_A + 4 * SZ_4K, 1, IOMMU_W), 1);
 	ASSERT_EQ(emu_pin(t, &e, IOVA_A + MSZ + 7 * SZ_4K, 3, IOMMU_R), 3);
-	EXPECT_EQ(th_pins(t), base_pins + 6);
-	EXPECT_EQ(th_vmlck_kb(t), nic ? KB(3 * NP) : KB(6));
+	EXPECT_PINS_VMLCK(base_pins + 6, nic ? KB(3 * NP) : KB(6));
 	s0 = emu_stats(t, &e);
 
 	/* a mapping nobody pinned: no callback */
@@ -464,8 +447,7 @@ static void unmap_callback_body(struct th *t, bool nic)
 	EXPECT_EQ(s.last_unmap_len, MSZ);
 	EXPECT_EQ(s.unmap_unpinned, s0.unmap_unpinned + 3);
 	EXPECT_EQ(s.pinned_pages, 3);
-	EXPECT_EQ(th_pins(t), (nic ? NP : 0) + 3);
-	EXPECT_EQ(th_vmlck_kb(t), nic ? KB(NP) : KB(3));
+	EXPECT_PINS_VMLCK((nic ? NP : 0) + 3, nic ? KB(NP) : KB(3));
 
 	/* UNMAP_ALL reaches the second one */
 	ASSERT_EQ(vu_unmap(e.c, 0, 0, VFIO_DMA_UNMAP_FLAG_ALL, &done), 0);
@@ -475,8 +457,7 @@ static void unmap_callback_body(struct th *t, bool nic)
 	EXPECT_EQ(s.last_unmap_iova, IOVA_A + MSZ);
 	EXPECT_EQ(s.last_unmap_len, MSZ);
 	EXPECT_EQ(s.pinned_pages, 0);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 TEST(unmap_callback_emulated_only)
@@ -509,8 +490,7 @@ TEST(unmap_callback_range_of_mappings)
 	EXPECT_EQ(s.unmap_calls - s0.unmap_calls, 2);
 	EXPECT_EQ(s.last_unmap_iova, IOVA_A + 2 * MSZ);
 	EXPECT_EQ(s.pinned_pages, 0);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -524,30 +504,24 @@ TEST(unmap_callback_range_of_mappings)
 TEST(detach_iommu_group_reaccounts)
 {
 	struct emu e;
-	uint64_t *p, sig = 0;
+	uint64_t sig = 0;
 	int none = -1;
 
-	emu_v2(t, &e, true);
-	p = sig_mem(t, MSZ);
-	MAP_OK(e.c, IOVA_A, p, MSZ);
+	emu_v2_mapped(t, &e, true);
 	ASSERT_EQ(emu_pin(t, &e, IOVA_A + 2 * SZ_4K, 4, IOMMU_R | IOMMU_W), 4);
-	EXPECT_EQ(th_pins(t), NP + 4);
-	EXPECT_EQ(th_vmlck_kb(t), KB(NP));
+	EXPECT_PINS_VMLCK(NP + 4, KB(NP));
 
 	ASSERT_EQ(ioctl(e.ngfd, VFIO_GROUP_UNSET_CONTAINER, &none), 0);
-	EXPECT_EQ(th_pins(t), 4);
-	EXPECT_EQ(th_vmlck_kb(t), KB(4));
+	EXPECT_PINS_VMLCK(4, KB(4));
 
 	/* the container still works for the emulated device */
 	ASSERT_EQ(emu_pin_sig(t, &e, IOVA_A + 9 * SZ_4K, 1, IOMMU_R, &sig, 0), 1);
 	EXPECT_EQ(sig, SIG(9));
-	EXPECT_EQ(th_pins(t), 5);
-	EXPECT_EQ(th_vmlck_kb(t), KB(5));
+	EXPECT_PINS_VMLCK(5, KB(5));
 	emu_unpin(t, &e, IOVA_A + 2 * SZ_4K, 4);
 	EXPECT_EQ(th_vmlck_kb(t), KB(1));
 	UNMAP_OK(e.c, IOVA_A, MSZ);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /*
@@ -557,31 +531,24 @@ TEST(detach_iommu_group_reaccounts)
 TEST(attach_iommu_group_after_pins)
 {
 	struct emu e;
-	uint64_t *p;
 	int groups[1], nfd;
 
-	emu_v2(t, &e, false);
-	p = sig_mem(t, MSZ);
-	MAP_OK(e.c, IOVA_A, p, MSZ);
+	emu_v2_mapped(t, &e, false);
 	ASSERT_EQ(emu_pin(t, &e, IOVA_A, 3, IOMMU_R), 3);
 	EXPECT_EQ(th_vmlck_kb(t), KB(3));
 
 	th_e1000e_groups(t, groups, 1);
 	nfd = th_own_fd(t, vu_group_attach(e.c, groups[0]));
 	ASSERT_GE(nfd, 0);
-	EXPECT_EQ(th_pins(t), NP + 3);
-	EXPECT_EQ(th_vmlck_kb(t), KB(NP));
+	EXPECT_PINS_VMLCK(NP + 3, KB(NP));
 
 	emu_unpin(t, &e, IOVA_A, 3);
-	EXPECT_EQ(th_pins(t), NP);
-	EXPECT_EQ(th_vmlck_kb(t), KB(NP));
+	EXPECT_PINS_VMLCK(NP, KB(NP));
 	ASSERT_EQ(emu_pin(t, &e, IOVA_A + 8 * SZ_4K, 2, IOMMU_R), 2);
 	th_close(t, nfd);	/* detach with pins: reaccount */
-	EXPECT_EQ(th_pins(t), 2);
-	EXPECT_EQ(th_vmlck_kb(t), KB(2));
+	EXPECT_PINS_VMLCK(2, KB(2));
 	UNMAP_OK(e.c, IOVA_A, MSZ);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /*
@@ -608,24 +575,19 @@ static void folio_replay_body(struct th *t, enum vu_mem_kind kind)
 				      &sig, 0), 1);
 		EXPECT_EQ(sig, SIG(offs[i]));
 	}
-	EXPECT_EQ(th_pins(t), 4);
-	EXPECT_EQ(th_vmlck_kb(t), KB(4));
+	EXPECT_PINS_VMLCK(4, KB(4));
 
 	th_e1000e_groups(t, groups, 1);
 	nfd = th_own_fd(t, vu_group_attach(e.c, groups[0]));
 	ASSERT_GE(nfd, 0);
-	EXPECT_EQ(th_pins(t), np + 4);
-	EXPECT_EQ(th_vmlck_kb(t), KB(np));
+	EXPECT_PINS_VMLCK(np + 4, KB(np));
 	emu_unpin(t, &e, IOVA_A + 511 * SZ_4K, 1);
-	EXPECT_EQ(th_pins(t), np + 3);
-	EXPECT_EQ(th_vmlck_kb(t), KB(np));
+	EXPECT_PINS_VMLCK(np + 3, KB(np));
 
 	th_close(t, nfd);
-	EXPECT_EQ(th_pins(t), 3);
-	EXPECT_EQ(th_vmlck_kb(t), KB(3));
+	EXPECT_PINS_VMLCK(3, KB(3));
 	UNMAP_OK(e.c, IOVA_A, size);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 TEST(folio_replay_reaccount_thp)
@@ -650,23 +612,18 @@ TEST(folio_unmap_with_pins)
 	MAP_OK(e.c, IOVA_A, p, size);
 	ASSERT_EQ(emu_pin(t, &e, IOVA_A + 510 * SZ_4K, 4, IOMMU_R), 4);
 	ASSERT_EQ(emu_pin(t, &e, IOVA_A + 2047 * SZ_4K, 1, IOMMU_R), 1);
-	EXPECT_EQ(th_pins(t), np + 5);
-	EXPECT_EQ(th_vmlck_kb(t), KB(np));
+	EXPECT_PINS_VMLCK(np + 5, KB(np));
 	UNMAP_OK(e.c, IOVA_A, size);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /* A v2 unmap that would split a pinned mapping fails before any callback. */
 TEST(unmap_split_refused_keeps_pins)
 {
 	struct emu e;
-	uint64_t *p;
 	struct fm_emu_stats s0;
 
-	emu_v2(t, &e, true);
-	p = sig_mem(t, MSZ);
-	MAP_OK(e.c, IOVA_A, p, MSZ);
+	emu_v2_mapped(t, &e, true);
 	ASSERT_EQ(emu_pin(t, &e, IOVA_A, 2, IOMMU_R), 2);
 	s0 = emu_stats(t, &e);
 	EXPECT_EQ(vu_unmap(e.c, IOVA_A, SZ_4K, 0, NULL), -EINVAL);
@@ -700,18 +657,15 @@ static void close_with_pins_body(struct th *t, bool nic)
 	if (nic) {
 		/* the IOMMU group leaves: only the external pins stay charged */
 		th_close(t, e.ngfd);
-		EXPECT_EQ(th_pins(t), 5);
-		EXPECT_EQ(th_vmlck_kb(t), KB(5));
+		EXPECT_PINS_VMLCK(5, KB(5));
 	}
 	th_close(t, e.egfd);
-	EXPECT_EQ(th_pins(t), 5);
-	EXPECT_EQ(th_vmlck_kb(t), KB(5));
+	EXPECT_PINS_VMLCK(5, KB(5));
 	s = emu_stats(t, &e);
 	EXPECT_EQ(s.pinned_pages, 5);
 
 	th_close(t, e.dev);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 TEST(close_with_pins_emulated_only)
@@ -728,15 +682,11 @@ TEST(close_with_pins_with_iommu_group)
 TEST(close_device_first)
 {
 	struct emu e;
-	uint64_t *p;
 
-	emu_v2(t, &e, true);
-	p = sig_mem(t, MSZ);
-	MAP_OK(e.c, IOVA_A, p, MSZ);
+	emu_v2_mapped(t, &e, true);
 	ASSERT_EQ(emu_pin(t, &e, IOVA_A, 4, IOMMU_R), 4);
 	th_close(t, e.dev);
-	EXPECT_EQ(th_pins(t), NP);
-	EXPECT_EQ(th_vmlck_kb(t), KB(NP));
+	EXPECT_PINS_VMLCK(NP, KB(NP));
 	UNMAP_OK(e.c, IOVA_A, MSZ);
 	EXPECT_EQ(th_pins(t), 0);
 }
@@ -788,8 +738,7 @@ static void rw_body(struct th *t, bool nic, unsigned int kflag)
 	EXPECT_EQ(p[7], 0x3c);
 
 	/* dma_rw pins nothing */
-	EXPECT_EQ(th_pins(t), nic ? 2 * NP : 0);
-	EXPECT_EQ(th_vmlck_kb(t), nic ? KB(2 * NP) : 0);
+	EXPECT_PINS_VMLCK(nic ? 2 * NP : 0, nic ? KB(2 * NP) : 0);
 	UNMAP_OK(e.c, IOVA_A, 2 * MSZ);
 }
 
@@ -879,7 +828,7 @@ TEST(dma_rw_from_other_process)
 			rc = 101;
 		_exit(rc);
 	}
-	ASSERT_EQ(waitpid(pid, &status, 0), pid);
+	status = th_reap(t, pid);
 	ASSERT_TRUE(WIFEXITED(status));
 	EXPECT_EQ(WEXITSTATUS(status), EFAULT);
 	UNMAP_OK(e.c, IOVA_A, MSZ);
@@ -904,11 +853,9 @@ TEST(dma_rw_v1_container)
 TEST(vaddr_update_refused_with_emulated_group)
 {
 	struct emu e;
-	uint64_t *p, done = ~0ULL;
+	uint64_t done = ~0ULL;
 
-	emu_v2(t, &e, true);
-	p = sig_mem(t, MSZ);
-	MAP_OK(e.c, IOVA_A, p, MSZ);
+	emu_v2_mapped(t, &e, true);
 	EXPECT_EQ(ioctl(e.c, VFIO_CHECK_EXTENSION, VFIO_UPDATE_VADDR), 0);
 	EXPECT_EQ(vu_unmap(e.c, IOVA_A, MSZ, VFIO_DMA_UNMAP_FLAG_VADDR, &done), -EBUSY);
 	EXPECT_EQ(vu_unmap(e.c, 0, 0, VFIO_DMA_UNMAP_FLAG_VADDR | VFIO_DMA_UNMAP_FLAG_ALL,
@@ -949,7 +896,7 @@ TEST(emulated_attach_refused_while_vaddr_invalid)
 TEST(dirty_scope_emulated_only)
 {
 	struct emu e;
-	uint64_t *p, bitmap[1] = { 0 };
+	uint64_t bitmap[1] = { 0 };
 	unsigned char b = 1;
 	struct {
 		struct vfio_iommu_type1_dirty_bitmap db;
@@ -957,9 +904,7 @@ TEST(dirty_scope_emulated_only)
 	} d = { 0 };
 	struct vfio_iommu_type1_dirty_bitmap st = { .argsz = sizeof(st) };
 
-	emu_v2(t, &e, false);
-	p = sig_mem(t, MSZ);
-	MAP_OK(e.c, IOVA_A, p, MSZ);
+	emu_v2_mapped(t, &e, false);
 	st.flags = VFIO_IOMMU_DIRTY_PAGES_FLAG_START;
 	ASSERT_EQ(ioctl(e.c, VFIO_IOMMU_DIRTY_PAGES, &st), 0);
 	ASSERT_EQ(emu_pin(t, &e, IOVA_A + 3 * SZ_4K, 1, IOMMU_R | IOMMU_W), 1);
@@ -1132,8 +1077,7 @@ static void df_run(struct th *t, bool unmap)
 		UNMAP_RANGE(e.c, IOVA_A, DF_PAGES * SZ_4K, 3 * DF_NP * SZ_4K);
 	}
 	EXPECT_EQ(df_dirty(e.c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), 0);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 TEST(dirty_unmap_bitmap_fault_keeps_bits)
@@ -1244,7 +1188,6 @@ static void lo_run(struct th *t, bool unregister)
 	struct fm_emu_stats s0, s;
 	uint64_t *p;
 	pid_t pid;
-	double t0;
 
 	if (!is_foliomap())
 		SKIP("stock type1 deadlocks here (register/unregister_device take iommu->lock, then device_list_lock; the dma_unmap callback holds device_list_lock and unpins through iommu->lock)");
@@ -1266,8 +1209,7 @@ static void lo_run(struct th *t, bool unregister)
 
 		ASSERT_EQ(emu_pin(t, &e, IOVA_A + SZ_4K, LO_NPIN, IOMMU_R | IOMMU_W), LO_NPIN);
 	}
-	EXPECT_EQ(th_pins(t), LO_NPIN);
-	EXPECT_EQ(th_vmlck_kb(t), KB(LO_NPIN));
+	EXPECT_PINS_VMLCK(LO_NPIN, KB(LO_NPIN));
 
 	/* The module's counters add up over the program's tests. */
 	if (ioctl(dev1, FM_EMU_STATS, &s0))
@@ -1280,15 +1222,11 @@ static void lo_run(struct th *t, bool unregister)
 		lo_racer(r, c, dev1, gfds[1], unregister, s0.unmap_calls);
 
 	/* A deadlocked process cannot be killed or reaped: do not wait for it. */
-	t0 = vu_now();
-	while (waitpid(pid, &status, WNOHANG) == 0) {
-		if (vu_now() - t0 > LO_TIMEOUT_S) {
-			kill(pid, SIGKILL);
-			vu_write_number(LO_DELAY_PARAM, 0);
-			FAIL("deadlock: after %d s UNMAP_DMA and the %s of %s are still blocked (stage %d)",
-			     LO_TIMEOUT_S, unregister ? "close" : "open", FM_EMU_NAME2, r->stage);
-		}
-		usleep(10000);
+	if (!th_reap_within(pid, &status, LO_TIMEOUT_S * 1000)) {
+		kill(pid, SIGKILL);
+		vu_write_number(LO_DELAY_PARAM, 0);
+		FAIL("deadlock: after %d s UNMAP_DMA and the %s of %s are still blocked (stage %d)",
+		     LO_TIMEOUT_S, unregister ? "close" : "open", FM_EMU_NAME2, r->stage);
 	}
 	vu_write_number(LO_DELAY_PARAM, 0);
 	ASSERT_TRUE(WIFEXITED(status));
@@ -1309,8 +1247,7 @@ static void lo_run(struct th *t, bool unregister)
 	EXPECT_EQ(s.unmap_unpinned - s0.unmap_unpinned, LO_NPIN);
 	EXPECT_EQ(s.pinned_pages, 0);
 	EXPECT_EQ(s.records, 0);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	/* The container still works. */
 	MAP_OK(c, IOVA_A, p, MSZ);
 	UNMAP_OK(c, IOVA_A, MSZ);
@@ -1357,8 +1294,7 @@ TEST_V12(vm_io_mapping_refused)
 	p = emu_vm_io(t, &e, NULL);
 	EXPECT_EQ(vu_map(e.c, IOVA_A, p, FM_EMU_MMAP_MAX, VFIO_DMA_MAP_FLAG_READ), -EFAULT);
 	EXPECT_EQ(vu_map(e.c, IOVA_A, p, FM_EMU_MMAP_MAX, RW), -EFAULT);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	EXPECT_EQ(th_dma_avail(e.c), th_param_read("dma_entry_limit"));
 }
 
@@ -1379,8 +1315,7 @@ TEST(vm_io_after_ordinary_memory)
 	memset(p, 1, head);
 	emu_vm_io(t, &e, p + head);
 	EXPECT_EQ(vu_map(e.c, IOVA_A, p, size, VFIO_DMA_MAP_FLAG_READ), -EFAULT);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	MAP_OK(e.c, IOVA_A, p, head);
 	EXPECT_EQ(th_pins(t), 1024);
 	UNMAP_OK(e.c, IOVA_A, head);
@@ -1450,8 +1385,7 @@ TEST(pin_userfaultfd_unserved)
 	if (emu_stats(t, &e).records)
 		emu_unpin(t, &e, IOVA_A, 1);
 	UNMAP_OK(e.c, IOVA_A, MSZ);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /*
@@ -1478,8 +1412,7 @@ TEST(replay_userfaultfd_unserved)
 	if (gfd >= 0)
 		th_close(t, th_own_fd(t, gfd));
 	EXPECT_EQ(gfd, -EFAULT);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	UNMAP_OK(e.c, IOVA_A, MSZ);
 }
 

@@ -1061,26 +1061,26 @@ static void print_violations(const struct pass *p, const char *who)
 
 static int foliomap_insert(const char *ko)
 {
-	struct stat st;
-	void *img;
-	int fd, ret;
+	int ret;
 
 	if (!access("/sys/module/foliomap", F_OK))
 		return 0;
-	fd = open(ko, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &st)) {
-		printf("# %s: %s\n", ko, strerror(errno));
-		return -1;
-	}
-	img = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-	close(fd);
-	if (img == MAP_FAILED)
-		return -1;
-	ret = syscall(SYS_init_module, img, (unsigned long)st.st_size, "");
+	ret = vu_module_insert(ko);
 	if (ret)
-		printf("# init_module %s: %s\n", ko, strerror(errno));
-	munmap(img, st.st_size);
-	return ret;
+		printf("# init_module %s: %s\n", ko, strerror(-ret));
+	return ret ? -1 : 0;
+}
+
+/* --trace: a pass's trace file on stdout. */
+static void show_file(const char *path)
+{
+	char cmd[1400];
+
+	snprintf(cmd, sizeof(cmd), "cat %s", path);
+	fflush(stdout);
+	if (system(cmd)) {
+		/* ignore */
+	}
 }
 
 static int foliomap_remove(void)
@@ -1159,15 +1159,8 @@ static int differential(const uint64_t *seeds, int n, unsigned int steps, const 
 		} else {
 			printf("# foliomap could not be inserted\n");
 		}
-		if (show_trace) {
-			char cmd[1400];
-
-			snprintf(cmd, sizeof(cmd), "cat %s", fm[i].path);
-			fflush(stdout);
-			if (system(cmd)) {
-				/* ignore */
-			}
-		}
+		if (show_trace)
+			show_file(fm[i].path);
 		if (tap)
 			printf("%s %d fuzz-diff seed=0x%llx steps=%u\n", ok ? "ok" : "not ok", i + 1,
 			       (unsigned long long)seeds[i], steps);
@@ -1200,15 +1193,8 @@ static int single(const uint64_t *seeds, int n, unsigned int steps, bool tap, bo
 		       (unsigned long long)seeds[i], steps, mod, (unsigned long long)p.digest,
 		       p.violations);
 		print_violations(&p, mod);
-		if (show_trace) {
-			char cmd[1400];
-
-			snprintf(cmd, sizeof(cmd), "cat %s", p.path);
-			fflush(stdout);
-			if (system(cmd)) {
-				/* ignore */
-			}
-		}
+		if (show_trace)
+			show_file(p.path);
 		if (tap)
 			printf("%s %d fuzz seed=0x%llx steps=%u\n", ok ? "ok" : "not ok", i + 1,
 			       (unsigned long long)seeds[i], steps);

@@ -41,11 +41,6 @@ static long long exp_pins(long long nfolios, long long npages)
 	return folio_mode() ? nfolios : npages;
 }
 
-#define EXPECT_ACCT(pins, kb) do {				\
-	EXPECT_EQ(th_pins(t), pins);				\
-	EXPECT_EQ(th_vmlck_kb(t), kb);				\
-} while (0)
-
 /*
  * n free 2M hugepages that no existing mapping has reserved yet (free
  * counts reserved pages too); SKIP only when the pool cannot grow.
@@ -130,17 +125,17 @@ static void map_populated(struct th *t, size_t size)
 	uint64_t done = ~0ULL;
 
 	MAP_OK(c, IOVA_B, p, size);
-	EXPECT_ACCT(exp_pins(size / SZ_2M, size / SZ_4K), size >> 10);
+	EXPECT_PINS_VMLCK(exp_pins(size / SZ_2M, size / SZ_4K), size >> 10);
 	if (size > SZ_2M) {
 		/* v2 refuses to split a mapping; v1 unmaps nothing from inside */
 		EXPECT_EQ(vu_unmap(c, IOVA_B + SZ_2M, SZ_2M, 0, &done),
 			  t->v2 ? -EINVAL : 0);
 		if (!t->v2)
 			EXPECT_EQ(done, 0);
-		EXPECT_ACCT(exp_pins(size / SZ_2M, size / SZ_4K), size >> 10);
+		EXPECT_PINS_VMLCK(exp_pins(size / SZ_2M, size / SZ_4K), size >> 10);
 	}
 	UNMAP_OK(c, IOVA_B, size);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 TEST(memfd2m_map_2M_v1)
@@ -169,13 +164,13 @@ TEST_V12(memfd2m_two_mappings_share_a_folio)
 	char *p = th_mem(t, VU_MEM_MEMFD2M, 2 * SZ_2M);
 
 	MAP_OK(c, IOVA_B + SZ_4K, p + SZ_4K, 2 * SZ_2M - SZ_4K);
-	EXPECT_ACCT(exp_pins(2, 1023), (2 * SZ_2M - SZ_4K) >> 10);
+	EXPECT_PINS_VMLCK(exp_pins(2, 1023), (2 * SZ_2M - SZ_4K) >> 10);
 	MAP_OK(c, IOVA_B, p, SZ_4K);
-	EXPECT_ACCT(exp_pins(3, 1024), (2 * SZ_2M) >> 10);
+	EXPECT_PINS_VMLCK(exp_pins(3, 1024), (2 * SZ_2M) >> 10);
 	UNMAP_OK(c, IOVA_B + SZ_4K, 2 * SZ_2M - SZ_4K);
-	EXPECT_ACCT(1, 4);
+	EXPECT_PINS_VMLCK(1, 4);
 	UNMAP_OK(c, IOVA_B, SZ_4K);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /* The same 4M at two IOVAs: pinned and charged once per mapping. */
@@ -186,11 +181,11 @@ TEST_V12(memfd2m_same_range_two_iovas)
 
 	MAP_OK(c, IOVA_A, p, 2 * SZ_2M);
 	MAP_OK(c, IOVA_B, p, 2 * SZ_2M);
-	EXPECT_ACCT(exp_pins(4, 2048), (4 * SZ_2M) >> 10);
+	EXPECT_PINS_VMLCK(exp_pins(4, 2048), (4 * SZ_2M) >> 10);
 	UNMAP_OK(c, IOVA_A, 2 * SZ_2M);
-	EXPECT_ACCT(exp_pins(2, 1024), (2 * SZ_2M) >> 10);
+	EXPECT_PINS_VMLCK(exp_pins(2, 1024), (2 * SZ_2M) >> 10);
 	UNMAP_OK(c, IOVA_B, 2 * SZ_2M);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /* Never touched: MAP_DMA faults the folios in, same pins as populated. */
@@ -203,11 +198,11 @@ TEST_V12(memfd2m_unpopulated)
 	long long free0 = vu_read_number(FREE_2M);
 
 	MAP_OK(c, IOVA_B, p, size);
-	EXPECT_ACCT(exp_pins(4, 1024 * 2), size >> 10);
+	EXPECT_PINS_VMLCK(exp_pins(4, 1024 * 2), size >> 10);
 	/* the four folios were allocated by the map */
 	EXPECT_EQ(vu_read_number(FREE_2M), free0 - 4);
 	UNMAP_OK(c, IOVA_B, size);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	/* the page cache keeps them, zeroed */
 	EXPECT_EQ(p[0] | p[size - 1], 0);
 	EXPECT_EQ(vu_read_number(FREE_2M), free0 - 4);
@@ -244,7 +239,7 @@ TEST(memfd2m_private_mapping_cow_dma)
 	edu_open(t, gfd, &e);
 	MAP_OK(c, EDU_SRC, src, SZ_4K);
 	MAP_OK(c, EDU_HUGE, prv, 2 * SZ_2M);
-	EXPECT_ACCT(1 + 1024, 4 + 4096);
+	EXPECT_PINS_VMLCK(1 + 1024, 4 + 4096);
 	/* the pins took private copies with the file's data */
 	EXPECT_EQ(check(prv, 2 * SZ_2M, 1), 2 * SZ_2M);
 
@@ -267,7 +262,7 @@ TEST(memfd2m_private_mapping_cow_dma)
 
 	UNMAP_OK(c, EDU_HUGE, 2 * SZ_2M);
 	UNMAP_OK(c, EDU_SRC, SZ_4K);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	/* the private copies stay the process's */
 	EXPECT_EQ(check(prv + off, COPY_CNT, 2), COPY_CNT);
 }
@@ -291,7 +286,7 @@ TEST_V12(memfd2m_shared_dma_both_ways)
 	edu_open(t, gfd, &e);
 	MAP_OK(c, EDU_SRC, anon, 2 * SZ_4K);
 	MAP_OK(c, EDU_HUGE, m1, 2 * SZ_2M);
-	EXPECT_ACCT(2 + exp_pins(2, 1024), 8 + 4096);
+	EXPECT_PINS_VMLCK(2 + exp_pins(2, 1024), 8 + 4096);
 
 	fill(anon, SZ_4K, 4);
 	EDU_FROM_RAM(&e, EDU_SRC, 0, COPY_CNT);
@@ -307,7 +302,7 @@ TEST_V12(memfd2m_shared_dma_both_ways)
 
 	UNMAP_OK(c, EDU_HUGE, 2 * SZ_2M);
 	UNMAP_OK(c, EDU_SRC, 2 * SZ_4K);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /*
@@ -328,16 +323,16 @@ TEST(memfd2m_read_only_mapping)
 	edu_open(t, gfd, &e);
 	EXPECT_EQ(vu_map(c, EDU_HUGE, r, 2 * SZ_2M, RW), -EFAULT);
 	EXPECT_EQ(vu_map(c, EDU_HUGE, r, 2 * SZ_2M, VFIO_DMA_MAP_FLAG_WRITE), -EFAULT);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	ASSERT_EQ(vu_map(c, EDU_HUGE, r, 2 * SZ_2M, VFIO_DMA_MAP_FLAG_READ), 0);
-	EXPECT_ACCT(exp_pins(2, 1024), 4096);
+	EXPECT_PINS_VMLCK(exp_pins(2, 1024), 4096);
 	MAP_OK(c, EDU_SRC, dst, SZ_4K);
 	EDU_FROM_RAM(&e, EDU_HUGE + SZ_2M + 0x2000, 0, COPY_CNT);
 	EDU_TO_RAM(&e, 0, EDU_SRC, COPY_CNT);
 	EXPECT_EQ(memcmp(dst, r + SZ_2M + 0x2000, COPY_CNT), 0);
 	UNMAP_OK(c, EDU_SRC, SZ_4K);
 	UNMAP_OK(c, EDU_HUGE, 2 * SZ_2M);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /*
@@ -366,7 +361,7 @@ TEST_V12(memfd2m_file_offset)
 	MAP_OK(c, EDU_SRC, src, SZ_4K);
 	/* file offsets [4M - 4K, 6M): the last page of folio 1 and folio 2 */
 	MAP_OK(c, EDU_HUGE, m + SZ_2M - SZ_4K, SZ_2M + SZ_4K);
-	EXPECT_ACCT(1 + exp_pins(2, 513), 4 + ((SZ_2M + SZ_4K) >> 10));
+	EXPECT_PINS_VMLCK(1 + exp_pins(2, 513), 4 + ((SZ_2M + SZ_4K) >> 10));
 	/* device reads the last page of folio 1 */
 	EDU_FROM_RAM(&e, EDU_HUGE, 0, COPY_CNT);
 	EDU_TO_RAM(&e, 0, EDU_SRC, COPY_CNT);
@@ -382,7 +377,7 @@ TEST_V12(memfd2m_file_offset)
 	EXPECT_EQ(check(whole + 3 * SZ_2M, SZ_2M, 23), SZ_2M);
 	UNMAP_OK(c, EDU_HUGE, SZ_2M + SZ_4K);
 	UNMAP_OK(c, EDU_SRC, SZ_4K);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /* SysV shared memory with SHM_HUGETLB is a shared hugetlbfs file too. */
@@ -403,9 +398,9 @@ TEST(shm_hugetlb_segment)
 		FAIL("shmat: %s", strerror(errno));
 	touch_2m(p, size);
 	MAP_OK(c, IOVA_B, p, size);
-	EXPECT_ACCT(exp_pins(2, 1024), size >> 10);
+	EXPECT_PINS_VMLCK(exp_pins(2, 1024), size >> 10);
 	UNMAP_OK(c, IOVA_B, size);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	EXPECT_EQ(shmdt(p), 0);
 }
 
@@ -420,30 +415,20 @@ TEST(memfd2m_userfaultfd_armed)
 	const size_t size = 2 * SZ_2M;
 	int c = th_container(t);
 	char *p = th_mem(t, VU_MEM_MEMFD2M, size);
-	struct uffdio_api api = { .api = UFFD_API };
-	struct uffdio_register reg = {
-		.range = { .start = (uintptr_t)p, .len = size },
-		.mode = UFFDIO_REGISTER_MODE_MISSING,
-	};
-	int uffd = syscall(__NR_userfaultfd, O_CLOEXEC);
-
-	if (uffd < 0)
-		FAIL("userfaultfd: %s", strerror(errno));
-	th_own_fd(t, uffd);
-	ASSERT_EQ(ioctl(uffd, UFFDIO_API, &api), 0);
-	ASSERT_EQ(ioctl(uffd, UFFDIO_REGISTER, &reg), 0);
+	struct uffdio_range range = { .start = (uintptr_t)p, .len = size };
+	int uffd = th_uffd_register(t, p, size, UFFDIO_REGISTER_MODE_MISSING);
 
 	MAP_OK(c, IOVA_B, p, size);
-	EXPECT_ACCT(size / SZ_4K, size >> 10);
+	EXPECT_PINS_VMLCK(size / SZ_4K, size >> 10);
 	UNMAP_OK(c, IOVA_B, size);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 
 	/* unregistered, the same range is pinned by folio again */
-	ASSERT_EQ(ioctl(uffd, UFFDIO_UNREGISTER, &reg.range), 0);
+	ASSERT_EQ(ioctl(uffd, UFFDIO_UNREGISTER, &range), 0);
 	MAP_OK(c, IOVA_B, p, size);
-	EXPECT_ACCT(exp_pins(2, size / SZ_4K), size >> 10);
+	EXPECT_PINS_VMLCK(exp_pins(2, size / SZ_4K), size >> 10);
 	UNMAP_OK(c, IOVA_B, size);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -474,21 +459,21 @@ TEST_V12(memfd2m_map_past_eof)
 	touch_2m(p, SZ_2M);
 
 	EXPECT_EQ(vu_map(c, IOVA_B, p, 2 * SZ_2M, RW), -EFAULT);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	/* a mapping starting past EOF */
 	EXPECT_EQ(vu_map(c, IOVA_B, p + SZ_2M, SZ_2M, RW), -EFAULT);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	/* the IOVA range is free: nothing was left mapped */
 	MAP_OK(c, IOVA_B, p, SZ_2M);
-	EXPECT_ACCT(exp_pins(1, 512), 2048);
+	EXPECT_PINS_VMLCK(exp_pins(1, 512), 2048);
 	UNMAP_OK(c, IOVA_B, SZ_2M);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 
 	r = fmap(t, NULL, 2 * SZ_2M, PROT_READ, MAP_SHARED, fd);
 	ASSERT_EQ(fstat(fd, &st), 0);
 	ASSERT_EQ(st.st_size, SZ_2M);
 	EXPECT_EQ(vu_map(c, IOVA_A, r, 2 * SZ_2M, VFIO_DMA_MAP_FLAG_READ), -EFAULT);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	UNMAP_RANGE(c, 0, 1ULL << APERTURE_BITS, 0);
 }
 
@@ -558,17 +543,17 @@ TEST_V12(memfd2m_span_into_anon)
 	MAP_OK(c, EDU_SRC, src, SZ_4K);
 	MAP_OK(c, EDU_HUGE, b, SZ_2M + anon);
 	/* folio mode continues into the anonymous pages: one pin per folio */
-	EXPECT_ACCT(1 + exp_pins(1 + 16, 512 + 16), 4 + ((SZ_2M + anon) >> 10));
+	EXPECT_PINS_VMLCK(1 + exp_pins(1 + 16, 512 + 16), 4 + ((SZ_2M + anon) >> 10));
 	dma_across(t, &e, src, b + SZ_2M, EDU_HUGE + SZ_2M, 7);
 	UNMAP_OK(c, EDU_HUGE, SZ_2M + anon);
-	EXPECT_ACCT(1, 4);
+	EXPECT_PINS_VMLCK(1, 4);
 	/* starting at the last hugetlbfs page: still folio mode */
 	MAP_OK(c, EDU_HUGE, b + SZ_2M - SZ_4K, SZ_4K + anon);
-	EXPECT_ACCT(1 + exp_pins(1 + 16, 1 + 16), 4 + ((SZ_4K + anon) >> 10));
+	EXPECT_PINS_VMLCK(1 + exp_pins(1 + 16, 1 + 16), 4 + ((SZ_4K + anon) >> 10));
 	dma_across(t, &e, src, b + SZ_2M, EDU_HUGE + SZ_4K, 9);
 	UNMAP_OK(c, EDU_HUGE, SZ_4K + anon);
 	UNMAP_OK(c, EDU_SRC, SZ_4K);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /* [anon 16 x 4K][hugetlbfs 2M]: starts in anon, 4K pins on every backend */
@@ -587,11 +572,11 @@ TEST_V12(memfd2m_span_from_anon)
 	edu_open(t, gfd, &e);
 	MAP_OK(c, EDU_SRC, src, SZ_4K);
 	MAP_OK(c, EDU_HUGE, h - anon, anon + SZ_2M);
-	EXPECT_ACCT(1 + 16 + 512, 4 + ((anon + SZ_2M) >> 10));
+	EXPECT_PINS_VMLCK(1 + 16 + 512, 4 + ((anon + SZ_2M) >> 10));
 	dma_across(t, &e, src, h, EDU_HUGE + anon, 11);
 	UNMAP_OK(c, EDU_HUGE, anon + SZ_2M);
 	UNMAP_OK(c, EDU_SRC, SZ_4K);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -658,7 +643,7 @@ TEST(memfd2m_dirty_tracking)
 	ASSERT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
 	/* a mapping made while tracking */
 	MAP_OK(c, IOVA_A, q, SZ_2M);
-	EXPECT_ACCT(exp_pins(9, npages + 512), (size + SZ_2M) >> 10);
+	EXPECT_PINS_VMLCK(exp_pins(9, npages + 512), (size + SZ_2M) >> 10);
 	memset(bm, 0, npages / 8);
 	ASSERT_EQ(get_bitmap(c, IOVA_B, size, bm, npages / 8), 0);
 	EXPECT_EQ(bits_set(bm, npages), npages);
@@ -670,27 +655,17 @@ TEST(memfd2m_dirty_tracking)
 	ASSERT_EQ(unmap_bitmap(c, IOVA_B, size, bm, npages / 8, &done), 0);
 	EXPECT_EQ(done, size);
 	EXPECT_EQ(bits_set(bm, npages), npages);
-	EXPECT_ACCT(exp_pins(1, 512), SZ_2M >> 10);
+	EXPECT_PINS_VMLCK(exp_pins(1, 512), SZ_2M >> 10);
 	memset(bm, 0, 512 / 8);
 	ASSERT_EQ(unmap_bitmap(c, IOVA_A, SZ_2M, bm, 512 / 8, &done), 0);
 	EXPECT_EQ(done, SZ_2M);
 	EXPECT_EQ(bits_set(bm, 512), 512);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	EXPECT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), 0);
 }
 
 /* ------------------------------------------------------------------ */
 /* a process killed while it maps 1 GiB of unpopulated memfd2m */
-
-/* A 2M-hugetlbfs memfd mapping, not populated: the map faults it in. */
-static void *memfd2m_untouched(size_t size)
-{
-	int fd = vu_memfd2m_create(size);
-	void *p = fd < 0 ? MAP_FAILED :
-		  mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-
-	return p == MAP_FAILED ? NULL : p;
-}
 
 TEST(memfd2m_killed_during_large_map)
 {
@@ -705,7 +680,7 @@ TEST(memfd2m_killed_during_large_map)
 	th_e1000e_groups(t, groups, 1);
 	huge_reserve(t, nfolios);
 	free0 = vu_read_number(FREE_2M);
-	pid = th_mapper_start(t, groups[0], memfd2m_untouched, size, IOVA_B, &rfd);
+	pid = th_mapper_start(t, groups[0], vu_memfd2m_map, size, IOVA_B, &rfd);
 	/* kill once 16 folios (32M) were faulted in by the map */
 	for (i = 0; i < 3000; i++) {
 		faulted = free0 - vu_read_number(FREE_2M);
@@ -742,7 +717,7 @@ TEST(memfd2m_killed_during_large_map)
 		char *p = th_mem(t, VU_MEM_MEMFD2M, SZ_2M);
 
 		MAP_OK(c, IOVA_B, p, SZ_2M);
-		EXPECT_ACCT(exp_pins(1, 512), 2048);
+		EXPECT_PINS_VMLCK(exp_pins(1, 512), 2048);
 		UNMAP_OK(c, IOVA_B, SZ_2M);
 	}
 }
@@ -766,7 +741,7 @@ TEST(memfd2m_hwpoisoned_folio)
 	ASSERT_GE(pid, 0);
 	if (pid == 0)
 		_exit(madvise(p + SZ_2M, SZ_4K, MADV_HWPOISON) ? errno : 0);
-	ASSERT_EQ(waitpid(pid, &status, 0), pid);
+	status = th_reap(t, pid);
 	if (WIFEXITED(status) && (WEXITSTATUS(status) == EINVAL || WEXITSTATUS(status) == EPERM))
 		SKIP("MADV_HWPOISON: %s", strerror(WEXITSTATUS(status)));
 	/* 6.12 kills the injecting process, 6.1 returns 0 to it */
@@ -774,11 +749,11 @@ TEST(memfd2m_hwpoisoned_folio)
 		ASSERT_EQ(status, 0);
 
 	EXPECT_EQ(vu_map(c, IOVA_B, p, size, RW), -EFAULT);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	MAP_OK(c, IOVA_B, p, SZ_2M);
-	EXPECT_ACCT(exp_pins(1, SZ_2M / SZ_4K), SZ_2M >> 10);
+	EXPECT_PINS_VMLCK(exp_pins(1, SZ_2M / SZ_4K), SZ_2M >> 10);
 	UNMAP_OK(c, IOVA_B, SZ_2M);
-	EXPECT_ACCT(0, 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 TEST_HARNESS_MAIN

@@ -14,12 +14,6 @@
 #include "edu.h"
 
 /* pins and VmLck (KiB) since the test started; pages evaluated once */
-#define EXPECT_ACCT(pages) do {						\
-	long long _pages = (pages);					\
-	EXPECT_EQ(th_pins(t), _pages);					\
-	EXPECT_EQ(th_vmlck_kb(t), _pages * 4);				\
-} while (0)
-
 /* ------------------------------------------------------------------ */
 /* threads */
 
@@ -267,9 +261,8 @@ TEST_V12(lc_fork_after_map)
 	char *thp = th_mem(t, VU_MEM_THP, SZ_2M);
 	char *a = th_anon(t, 4 * SZ_4K), *z = th_anon(t, 4 * SZ_4K);
 	long long res[6];
-	int pfd[2], status;
+	struct th_child ch;
 	uint64_t done = 0;
-	pid_t pid;
 
 	edu_open(t, gfd, &e);
 	memset(thp, 0x11, SZ_2M);
@@ -278,10 +271,7 @@ TEST_V12(lc_fork_after_map)
 	MAP_OK(c, 0x2000000, a, 4 * SZ_4K);
 	MAP_OK(c, 0x3000000, z, 4 * SZ_4K);
 	EXPECT_ACCT(520);
-	ASSERT_EQ(pipe(pfd), 0);
-	pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
+	if (th_fork(t, &ch)) {
 		struct vu_counters c0, c1;
 		char *w = mmap(NULL, 4 * SZ_4K, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -299,23 +289,16 @@ TEST_V12(lc_fork_after_map)
 		/* the parent's mapping of the same vaddr is not the child's */
 		res[4] = vu_map(c, 0x1000000, thp, SZ_2M, RW);
 		res[5] = 0;
-		if (write(pfd[1], res, sizeof(res)) != sizeof(res))
-			_exit(2);
-		_exit(0);
+		th_child_reply(&ch, res, sizeof(res));
 	}
-	close(pfd[1]);
-	ASSERT_EQ(read(pfd[0], res, sizeof(res)), sizeof(res));
-	close(pfd[0]);
-	ASSERT_EQ(waitpid(pid, &status, 0), pid);
-	ASSERT_EQ(status, 0);
+	th_child_collect(t, &ch, res, sizeof(res));
 	EXPECT_EQ(res[0], 0);
 	EXPECT_EQ(res[1], 4 * SZ_4K);
 	EXPECT_EQ(res[2], 0);
 	EXPECT_EQ(res[3], 16);
 	EXPECT_EQ(res[4], -EEXIST);
 	/* z is gone (the parent's charge with it); the child's w is pinned */
-	EXPECT_EQ(th_pins(t), 512 + 4 + 4);
-	EXPECT_EQ(th_vmlck_kb(t), (512 + 4) * 4);
+	EXPECT_PINS_VMLCK(512 + 4 + 4, (512 + 4) * 4);
 	EXPECT_EQ(vu_unmap(c, 0x3000000, 4 * SZ_4K, 0, &done), 0);
 	EXPECT_EQ(done, 0);
 

@@ -20,12 +20,6 @@ static long long vmlck_now(struct th *t)
 }
 
 /* pins and VmLck (KiB) since the test started; pages evaluated once */
-#define EXPECT_ACCT(pages) do {						\
-	long long _pages = (pages);					\
-	EXPECT_EQ(th_pins(t), _pages);					\
-	EXPECT_EQ(th_vmlck_kb(t), _pages * 4);				\
-} while (0)
-
 /*
  * v1: A [1M, +16K), B THP [2M, +2M), C [4M, +8K), D [5M, +32K), E [6M, +4K).
  * An unmap starting inside A does nothing; one from B's start ending inside
@@ -178,31 +172,21 @@ TEST(acct_vaddr_other_process_takes_charge)
 	int c = th_container_type(t, VFIO_TYPE1v2_IOMMU, 1);
 	char *m = th_mem(t, VU_MEM_MEMFD, SZ_2M);
 	long long res[3] = { -1, -1, -1 };
-	int pfd[2], status;
-	pid_t pid;
+	struct th_child ch;
 
 	MAP_OK(c, 0x1000000, m, SZ_2M);
 	EXPECT_ACCT(512);
 	ASSERT_EQ(vu_unmap(c, 0x1000000, SZ_2M, VFIO_DMA_UNMAP_FLAG_VADDR, NULL), 0);
-	ASSERT_EQ(pipe(pfd), 0);
-	pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
+	if (th_fork(t, &ch)) {
 		long long before = vmlck_now(t);
 
 		res[0] = vu_map(c, 0x1000000, m, SZ_2M, VFIO_DMA_MAP_FLAG_VADDR);
 		res[1] = vmlck_now(t) - before;
 		/* a second attempt: the mapping is valid now */
 		res[2] = vu_map(c, 0x1000000, m, SZ_2M, VFIO_DMA_MAP_FLAG_VADDR);
-		if (write(pfd[1], res, sizeof(res)) != sizeof(res))
-			_exit(2);
-		_exit(0);
+		th_child_reply(&ch, res, sizeof(res));
 	}
-	close(pfd[1]);
-	ASSERT_EQ(read(pfd[0], res, sizeof(res)), sizeof(res));
-	close(pfd[0]);
-	ASSERT_EQ(waitpid(pid, &status, 0), pid);
-	ASSERT_EQ(status, 0);
+	th_child_collect(t, &ch, res, sizeof(res));
 	EXPECT_EQ(res[0], 0);
 	EXPECT_EQ(res[1], 2048);
 	EXPECT_EQ(res[2], -EINVAL);

@@ -9,11 +9,9 @@ TEST_V12(map_basic_4k_pages)
 	char *p = th_anon(t, 16 * SZ_4K);
 
 	MAP_OK(c, IOVA_A, p, 16 * SZ_4K);
-	EXPECT_EQ(th_pins(t), 16);
-	EXPECT_EQ(th_vmlck_kb(t), 16 * 4);
+	EXPECT_PINS_VMLCK(16, 16 * 4);
 	UNMAP_OK(c, IOVA_A, 16 * SZ_4K);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 TEST_V12(map_read_only_and_write_only_flags)
@@ -75,8 +73,7 @@ TEST_V12(map_size_and_alignment)
 	EXPECT_EQ(vu_map(c, IOVA_A, p, SZ_4K + 0x800, RW), -EINVAL);
 	EXPECT_EQ(vu_map(c, IOVA_A, p, 0x800, RW), -EINVAL);
 	EXPECT_EQ(vu_map(c, IOVA_A, p, 1, RW), -EINVAL);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /* Any overlap with an existing mapping is -EEXIST; adjacency is fine. */
@@ -97,8 +94,7 @@ TEST_V12(map_overlap)
 	EXPECT_EQ(vu_map(c, a + 3 * SZ_4K, p + 4 * SZ_4K, SZ_4K, RW), -EEXIST);
 	/* covering */
 	EXPECT_EQ(vu_map(c, a - SZ_4K, p + 2 * SZ_4K, 6 * SZ_4K, RW), -EEXIST);
-	EXPECT_EQ(th_pins(t), 4);
-	EXPECT_EQ(th_vmlck_kb(t), 16);
+	EXPECT_PINS_VMLCK(4, 16);
 	/* adjacent below and above */
 	MAP_OK(c, a - SZ_4K, p + 4 * SZ_4K, SZ_4K);
 	MAP_OK(c, a + 4 * SZ_4K, p + 5 * SZ_4K, SZ_4K);
@@ -155,8 +151,7 @@ TEST_V12(map_aperture_end)
 	EXPECT_EQ(th_pins(t), 0);
 	/* the very last 2M of the aperture */
 	MAP_OK(c, APERTURE_END + 1 - SZ_2M, p, SZ_2M);
-	EXPECT_EQ(th_pins(t), 512);
-	EXPECT_EQ(th_vmlck_kb(t), 2048);
+	EXPECT_PINS_VMLCK(512, 2048);
 	EXPECT_EQ(vu_map(c, APERTURE_END + 1 - SZ_4K, p, SZ_4K, RW), -EEXIST);
 	UNMAP_OK(c, APERTURE_END + 1 - SZ_2M, SZ_2M);
 	/* and the very last 4K page */
@@ -175,8 +170,7 @@ TEST_V12(map_bad_vaddr)
 	ASSERT_EQ(munmap(p, 4 * SZ_4K), 0);
 	EXPECT_EQ(vu_map(c, IOVA_A, p, 4 * SZ_4K, RW), -EFAULT);
 	EXPECT_EQ(vu_map(c, IOVA_A, NULL, SZ_4K, RW), -EFAULT);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	EXPECT_EQ(th_dma_avail(c), th_param_read("dma_entry_limit"));
 }
 
@@ -188,8 +182,7 @@ TEST_V12(map_vaddr_hole_rolls_back)
 
 	ASSERT_EQ(munmap(p + 40 * SZ_4K, SZ_4K), 0);
 	EXPECT_EQ(vu_map(c, IOVA_A, p, 64 * SZ_4K, RW), -EFAULT);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	EXPECT_EQ(th_dma_avail(c), th_param_read("dma_entry_limit"));
 	/* nothing is left at the IOVA: the head alone maps fine */
 	MAP_OK(c, IOVA_A, p, 40 * SZ_4K);
@@ -209,12 +202,10 @@ TEST_V12(map_readonly_memory)
 	EXPECT_EQ(vu_map(c, IOVA_A, p, 4 * SZ_4K, RW), -EFAULT);
 	EXPECT_EQ(vu_map(c, IOVA_A, p, 4 * SZ_4K, VFIO_DMA_MAP_FLAG_WRITE), -EFAULT);
 	EXPECT_EQ(vu_map(c, IOVA_A, none, SZ_4K, VFIO_DMA_MAP_FLAG_READ), -EFAULT);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	/* read-only DMA of read-only memory is fine */
 	ASSERT_EQ(vu_map(c, IOVA_A, p, 4 * SZ_4K, VFIO_DMA_MAP_FLAG_READ), 0);
-	EXPECT_EQ(th_pins(t), 4);
-	EXPECT_EQ(th_vmlck_kb(t), 16);
+	EXPECT_PINS_VMLCK(4, 16);
 	UNMAP_OK(c, IOVA_A, 4 * SZ_4K);
 }
 
@@ -272,8 +263,7 @@ TEST_V12(map_many_small)
 
 	for (i = 0; i < 64; i++)
 		MAP_OK(c, IOVA_A + i * SZ_4K, p + i * SZ_4K, SZ_4K);
-	EXPECT_EQ(th_pins(t), 64);
-	EXPECT_EQ(th_vmlck_kb(t), 256);
+	EXPECT_PINS_VMLCK(64, 256);
 	EXPECT_EQ(th_dma_avail(c), th_param_read("dma_entry_limit") - 64);
 	/* one unmap over all of them (allowed: it splits none) */
 	UNMAP_OK(c, IOVA_A, 64 * SZ_4K);

@@ -11,8 +11,7 @@ static void map_kind(struct th *t, enum vu_mem_kind kind, size_t size)
 	t0 = vu_now();
 	MAP_OK(c, IOVA_B, p, size);
 	t1 = vu_now();
-	EXPECT_EQ(th_pins(t), size / SZ_4K);
-	EXPECT_EQ(th_vmlck_kb(t), size >> 10);
+	EXPECT_PINS_VMLCK(size / SZ_4K, size >> 10);
 	if (size > SZ_2M) {
 		uint64_t done = ~0ULL;
 
@@ -27,8 +26,7 @@ static void map_kind(struct th *t, enum vu_mem_kind kind, size_t size)
 	UNMAP_OK(c, IOVA_B, size);
 	th_diag("%s %zuM: map %.3fs unmap %.3fs", vu_mem_name(kind), size >> 20,
 		t1 - t0, vu_now() - t2);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 #define KIND_TESTS(kind, name)						\
@@ -51,8 +49,7 @@ TEST_V12(mixed_kinds_one_container)
 
 	for (i = 0; i < 4; i++)
 		MAP_OK(c, IOVA_B + i * SZ_1G, th_mem(t, kinds[i], size), size);
-	EXPECT_EQ(th_pins(t), 4 * size / SZ_4K);
-	EXPECT_EQ(th_vmlck_kb(t), 4 * size >> 10);
+	EXPECT_PINS_VMLCK(4 * size / SZ_4K, 4 * size >> 10);
 	UNMAP_RANGE(c, IOVA_B, 4 * SZ_1G, 4 * size);
 	EXPECT_EQ(th_pins(t), 0);
 }

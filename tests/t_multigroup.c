@@ -17,12 +17,10 @@ TEST_V12(mg_two_groups_map_unmap)
 
 	MAP_OK(c, IOVA_B, p, 2 * SZ_2M);
 	MAP_OK(c, IOVA_A, q, 8 * P);
-	EXPECT_EQ(th_pins(t), 1024 + 8);
-	EXPECT_EQ(th_vmlck_kb(t), 4096 + 32);
+	EXPECT_PINS_VMLCK(1024 + 8, 4096 + 32);
 	UNMAP_OK(c, IOVA_B, 2 * SZ_2M);
 	UNMAP_OK(c, IOVA_A, 8 * P);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /* The second group joins a container that already has mappings. */
@@ -40,8 +38,7 @@ TEST_V12(mg_attach_with_mappings)
 	g2 = th_own_fd(t, vu_group_attach(c, groups[1]));
 	ASSERT_GE(g2, 0);
 	/* no new pins, no new charge */
-	EXPECT_EQ(th_pins(t), 1032);
-	EXPECT_EQ(th_vmlck_kb(t), 4096 + 32);
+	EXPECT_PINS_VMLCK(1032, 4096 + 32);
 	EXPECT_EQ(th_dma_avail(c), th_param_read("dma_entry_limit") - 2);
 	/* existing mappings keep their shape, new ones work */
 	EXPECT_EQ(vu_map(c, IOVA_A, q, P, RW), -EEXIST);
@@ -50,8 +47,7 @@ TEST_V12(mg_attach_with_mappings)
 		EXPECT_EQ(vu_unmap(c, IOVA_B, SZ_2M, 0, NULL), -EINVAL);
 	UNMAP_OK(c, IOVA_B, 2 * SZ_2M);
 	UNMAP_RANGE(c, IOVA_A, SZ_1G - IOVA_A, 16 * P);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /* A group leaves while mappings exist: they stay for the remaining group. */
@@ -68,8 +64,7 @@ TEST_V12(mg_detach_with_mappings)
 	MAP_OK(c, IOVA_A, q, 8 * P);
 	ASSERT_EQ(unset_container(gfds[1]), 0);
 	EXPECT_EQ(unset_container(gfds[1]), -EINVAL);
-	EXPECT_EQ(th_pins(t), 8);
-	EXPECT_EQ(th_vmlck_kb(t), 32);
+	EXPECT_PINS_VMLCK(8, 32);
 	EXPECT_EQ(vu_map(c, IOVA_A, q, P, RW), -EEXIST);
 	/* and may come back */
 	ASSERT_EQ(ioctl(gfds[1], VFIO_GROUP_SET_CONTAINER, &c), 0);
@@ -92,8 +87,7 @@ TEST_V12(mg_last_group_leaves)
 	MAP_OK(c, IOVA_A, q, 8 * P);
 	ASSERT_EQ(th_pins(t), 520);
 	ASSERT_EQ(unset_container(gfd), 0);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	/* no IOMMU any more */
 	EXPECT_EQ(vu_map(c, IOVA_A, q, 8 * P, RW), -EINVAL);
 	/* the container can be set up again, empty */

@@ -157,8 +157,8 @@ TEST(debugfs_folio_pinned_pages)
 
 	mfd = th_mem(t, VU_MEM_MEMFD2M, msize);
 	MAP_OK(c, IOVA_B, mfd, msize);
-	EXPECT_EQ(th_pins(t), THP_SIZE / SZ_4K + (folio ? msize / SZ_2M : msize / SZ_4K));
-	EXPECT_EQ(th_vmlck_kb(t), (THP_SIZE + msize) >> 10);
+	EXPECT_PINS_VMLCK(THP_SIZE / SZ_4K + (folio ? msize / SZ_2M : msize / SZ_4K),
+			  (THP_SIZE + msize) >> 10);
 	EXPECT_EQ(stat_of(id, "folio_pinned_pages"), folio ? msize / SZ_4K : 0);
 	EXPECT_EQ(stat_of(id, "mapped_pages"), (THP_SIZE + msize) / SZ_4K);
 
@@ -166,8 +166,7 @@ TEST(debugfs_folio_pinned_pages)
 	UNMAP_OK(c, IOVA_B, msize);
 	UNMAP_OK(c, IOVA_A, THP_SIZE);
 	EXPECT_EQ(stat_of(id, "folio_pinned_pages"), folio ? msize / SZ_4K : 0);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 static void write_file(struct th *t, const char *path, const char *s)

@@ -68,12 +68,6 @@ static void dma_copy(struct th *t, struct edu *e, volatile uint8_t *p, uint64_t 
 			     (unsigned long long)(from + i));
 }
 
-#define EXPECT_ACCT(pages) do {						\
-	long long _pages = (pages);					\
-	EXPECT_EQ(th_pins(t), _pages);					\
-	EXPECT_EQ(th_vmlck_kb(t), _pages * 4);				\
-} while (0)
-
 /*
  * A mapping starting 4K into @kind memory, 3 batches + 3 pages long: the
  * first and last folios are partial, every batch edge falls inside a

@@ -26,17 +26,14 @@ TEST_V12(review_zero_page_read_only)
 	p[5 * SZ_4K] = 1;
 
 	ASSERT_EQ(vu_map(c, IOVA_A, p, 16 * SZ_4K, VFIO_DMA_MAP_FLAG_READ), 0);
-	EXPECT_EQ(th_pins(t), real);
-	EXPECT_EQ(th_vmlck_kb(t), real * 4);
+	EXPECT_PINS_VMLCK(real, real * 4);
 	UNMAP_OK(c, IOVA_A, 16 * SZ_4K);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 
 	/* Again: the pages are now populated, the balance must hold. */
 	ASSERT_EQ(vu_map(c, IOVA_A, p, 16 * SZ_4K, VFIO_DMA_MAP_FLAG_READ), 0);
 	UNMAP_OK(c, IOVA_A, 16 * SZ_4K);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 TEST_HARNESS_MAIN

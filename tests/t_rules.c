@@ -78,8 +78,7 @@ static void map_must_answer(struct th *t, struct map_call *m, int uffd, long exp
 		     info_done ? "answered" : "still blocked", WAIT_MS, ret);
 	}
 	EXPECT_EQ(ret, expect);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /* Missing pages in a range registered for missing faults: -EFAULT at once. */
@@ -137,8 +136,7 @@ TEST(uffd_wp_unserved)
 	map_must_answer(t, &m, uffd, -EFAULT);
 
 	ASSERT_EQ(vu_map(m.c, IOVA_A, m.p, size, VFIO_DMA_MAP_FLAG_READ), 0);
-	EXPECT_EQ(th_pins(t), NPG);
-	EXPECT_EQ(th_vmlck_kb(t), NPG * 4);
+	EXPECT_PINS_VMLCK(NPG, NPG * 4);
 	UNMAP_OK(m.c, IOVA_A, size);
 	EXPECT_EQ(th_pins(t), 0);
 }
@@ -160,13 +158,11 @@ TEST(write_only_memory)
 	for (size_t i = 0; i < size; i += SZ_4K)
 		p[i] = 1;
 	EXPECT_EQ(vu_map(c, IOVA_A, p, size, VFIO_DMA_MAP_FLAG_READ), -EFAULT);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	ASSERT_EQ(vu_map(c, IOVA_A, p, size, RW), 0);
 	EXPECT_EQ(th_pins(t), NPG);
 	UNMAP_OK(c, IOVA_A, size);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -266,8 +262,7 @@ TEST(seal_write_races_map)
 	}
 	th_diag("%d rounds: %d maps, %d seals, %d both", i, maps, seals, both);
 	EXPECT_EQ(both, 0);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 TEST_HARNESS_MAIN

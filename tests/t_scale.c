@@ -205,8 +205,7 @@ static void scale_run(struct th *t, char *buf, uint64_t size, unsigned long piec
 	th_close(t, c);
 	t1 = vu_now();
 	th_diag("close: %lu mappings released in %.2f s", left, t1 - t0);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /* 131072 x 2M of one 1 GiB buffer over 1 TiB of IOVA. */

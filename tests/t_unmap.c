@@ -29,8 +29,7 @@ TEST_V12(unmap_exact_and_size_written_back)
 	EXPECT_EQ(u.size, 4 * P);
 	EXPECT_EQ(u.iova, a);
 	EXPECT_EQ(u.flags, 0);
-	EXPECT_EQ(th_pins(t), 4);
-	EXPECT_EQ(th_vmlck_kb(t), 16);
+	EXPECT_PINS_VMLCK(4, 16);
 	/* one range over what is left, holes included */
 	UNMAP_RANGE(c, a, 12 * P, 4 * P);
 }
@@ -44,8 +43,7 @@ TEST_V12(unmap_covering_several)
 	/* a range larger than both mappings, starting and ending in holes */
 	ASSERT_EQ(vu_unmap(c, a - 4 * P, 20 * P, 0, &done), 0);
 	EXPECT_EQ(done, 8 * P);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	EXPECT_EQ(th_dma_avail(c), th_param_read("dma_entry_limit"));
 }
 
@@ -89,8 +87,7 @@ TEST(unmap_v2_refuses_split)
 		/* nothing written back on failure */
 		EXPECT_EQ(u.size, bad[i].size);
 	}
-	EXPECT_EQ(th_pins(t), 8);
-	EXPECT_EQ(th_vmlck_kb(t), 32);
+	EXPECT_PINS_VMLCK(8, 32);
 	UNMAP_OK(c, a, 4 * P);
 	UNMAP_OK(c, a + 8 * P, 4 * P);
 }
@@ -126,8 +123,7 @@ TEST(unmap_v1_whole_mappings)
 	done = ~0ULL;
 	ASSERT_EQ(vu_unmap(c, a - P, 10 * P, 0, &done), 0);
 	EXPECT_EQ(done, 8 * P);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 TEST_V12(unmap_all)
@@ -142,8 +138,7 @@ TEST_V12(unmap_all)
 	EXPECT_EQ(th_pins(t), 8);
 	ASSERT_EQ(vu_unmap(c, 0, 0, VFIO_DMA_UNMAP_FLAG_ALL, &done), 0);
 	EXPECT_EQ(done, 8 * P);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 	EXPECT_EQ(th_dma_avail(c), th_param_read("dma_entry_limit"));
 	/* again: nothing left */
 	done = ~0ULL;
@@ -225,13 +220,11 @@ TEST_V12(unmap_thp_mapping)
 	char *p = th_mem(t, VU_MEM_THP, 8 * SZ_2M);
 
 	MAP_OK(c, IOVA_B, p, 8 * SZ_2M);
-	EXPECT_EQ(th_pins(t), 8 * 512);
-	EXPECT_EQ(th_vmlck_kb(t), 8 * 2048);
+	EXPECT_PINS_VMLCK(8 * 512, 8 * 2048);
 	if (t->v2)
 		EXPECT_EQ(vu_unmap(c, IOVA_B, SZ_2M, 0, NULL), -EINVAL);
 	UNMAP_OK(c, IOVA_B, 8 * SZ_2M);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 TEST_HARNESS_MAIN

@@ -27,20 +27,17 @@ TEST_V12(vaddr_invalidate_and_reattach)
 	ASSERT_EQ(vu_unmap(c, IOVA_A, 4 * P, VADDR_UNMAP, &done), 0);
 	EXPECT_EQ(done, 4 * P);
 	/* still mapped and pinned, still charged */
-	EXPECT_EQ(th_pins(t), 8);
-	EXPECT_EQ(th_vmlck_kb(t), 32);
+	EXPECT_PINS_VMLCK(8, 32);
 	EXPECT_EQ(vu_map(c, IOVA_A, q, 4 * P, RW), -EEXIST);
 	EXPECT_EQ(th_dma_avail(c), th_param_read("dma_entry_limit") - 2);
 
 	/* re-attach a new vaddr: same iova and size, VADDR flag alone */
 	ASSERT_EQ(vu_map(c, IOVA_A, q, 4 * P, VADDR_MAP), 0);
-	EXPECT_EQ(th_pins(t), 8);
-	EXPECT_EQ(th_vmlck_kb(t), 32);
+	EXPECT_PINS_VMLCK(8, 32);
 	/* valid again: a second re-attach is refused */
 	EXPECT_EQ(vu_map(c, IOVA_A, q, 4 * P, VADDR_MAP), -EINVAL);
 	UNMAP_RANGE(c, IOVA_A, 12 * P, 8 * P);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 TEST_V12(vaddr_map_errors)
@@ -98,11 +95,9 @@ TEST_V12(vaddr_unmap_while_invalid)
 	ASSERT_EQ(vu_unmap(c, 0, 0, VFIO_DMA_UNMAP_FLAG_ALL | VADDR_UNMAP, NULL), 0);
 	EXPECT_EQ(th_pins(t), 8);
 	UNMAP_OK(c, IOVA_A, 4 * P);
-	EXPECT_EQ(th_pins(t), 4);
-	EXPECT_EQ(th_vmlck_kb(t), 16);
+	EXPECT_PINS_VMLCK(4, 16);
 	UNMAP_RANGE(c, 0, 0 - SZ_4K, 4 * P);
-	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /* UNMAP_ALL | VADDR invalidates everything and reports the total. */

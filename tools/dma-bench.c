@@ -193,23 +193,20 @@ static int check_iova(int container, uint64_t iova, uint64_t size)
 	struct vfio_info_cap_header *hdr;
 	size_t argsz = sizeof(*info);
 	uint32_t off;
-	int ret = -ERANGE;
+	int ret = -ERANGE, try;
 
-	info = calloc(1, argsz);
-	if (!info)
-		return -ENOMEM;
-	info->argsz = argsz;
-	if (ioctl(container, VFIO_IOMMU_GET_INFO, info) < 0)
-		goto fail_errno;
-	if (info->argsz > argsz) {
-		argsz = info->argsz;
-		free(info);
+	/* Twice at most: the second time with the argsz the first one asked for. */
+	for (try = 0; ; try++) {
 		info = calloc(1, argsz);
 		if (!info)
 			return -ENOMEM;
 		info->argsz = argsz;
 		if (ioctl(container, VFIO_IOMMU_GET_INFO, info) < 0)
 			goto fail_errno;
+		if (try || info->argsz <= argsz)
+			break;
+		argsz = info->argsz;
+		free(info);
 	}
 	if (!(info->flags & VFIO_IOMMU_INFO_CAPS) || !info->cap_offset) {
 		free(info);
@@ -299,43 +296,6 @@ static int use_backend(const struct opts *o, int b)
 	return vu_switch_backend("dma-bench", o->switch_cmd, o->backends[b]);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static void stats(const double *v, int n, double *min, double *med, double *max, double *avg)
-{
-	double *s = malloc(n * sizeof(*s));
-	double sum = 0;
-	int i;
-
-	if (!s || !n) {
-		*min = *med = *max = *avg = NAN;
-		free(s);
-		return;
-	}
-	memcpy(s, v, n * sizeof(*s));
-	qsort(s, n, sizeof(*s), cmp_double);
-	for (i = 0; i < n; i++)
-		sum += s[i];
-	*min = s[0];
-	*max = s[n - 1];
-	*med = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-	*avg = sum / n;
-	free(s);
-}
-
-static double median(const double *v, int n)
-{
-	double min, med, max, avg;
-
-	stats(v, n, &min, &med, &max, &avg);
-	return med;
-}
-
 /*
  * Under TCG the first run of code after it is loaded costs translation
  * time: switching backends reloads foliomap.ko before each of its steps
@@ -364,14 +324,93 @@ static int step_warmup(const struct opts *o, int c, void *buf, uint64_t size)
 	return err;
 }
 
+/* One step's counters before it, its times and its UNMAP_DMA error. */
+struct step {
+	struct vu_counters before;
+	double t0, t1, t2;
+	int err;
+};
+
+/*
+ * The timed part of one step, in container @c (whose counters it reads
+ * first): the step warm-up, then MAP_DMA and UNMAP_DMA of [@buf, +@size)
+ * at o->iova. @what names the mode in messages. Returns 0 when the
+ * caller is to close @c and call step_done() (a failed UNMAP_DMA is
+ * counted and kept in st->err), or -errno when the step stopped before
+ * that (no balance check then).
+ */
+static int step_run(const struct opts *o, int c, void *buf, uint64_t size, const char *what,
+		    int loop, struct series *s, struct step *st)
+{
+	uint64_t unmapped = 0;
+	int err;
+
+	if (vu_counters_read(&st->before)) {
+		fprintf(stderr, "dma-bench: cannot read /proc/vmstat nr_foll_pin_* or VmLck\n");
+		return -ENOENT;
+	}
+	if (step_warmup(o, c, buf, size)) {
+		s->failures++;
+		return -EIO;
+	}
+	st->t0 = vu_now();
+	err = vu_map(c, o->iova, buf, size, VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE);
+	st->t1 = vu_now();
+	if (err) {
+		fprintf(stderr, "dma-bench: ERROR: %s %s loop %d: MAP_DMA failed: %s\n",
+			s->backend, what, loop + 1, strerror(-err));
+		if (err == -ENOMEM)
+			fprintf(stderr, "  over RLIMIT_MEMLOCK? run as root or ulimit -l unlimited\n");
+		s->failures++;
+		return err;
+	}
+	st->err = vu_unmap(c, o->iova, size, 0, &unmapped);
+	st->t2 = vu_now();
+	if (st->err || unmapped != size) {
+		fprintf(stderr, "dma-bench: ERROR: %s %s loop %d: UNMAP_DMA %s, %" PRIu64
+			" of %" PRIu64 " bytes unmapped\n", s->backend, what,
+			loop + 1, st->err ? strerror(-st->err) : "short", unmapped, size);
+		s->failures++;
+	}
+	return 0;
+}
+
+/*
+ * After the step's container was closed: pins and VmLck must be back where
+ * they were; the times count unless this was a warm-up loop. Returns the
+ * step's UNMAP_DMA error.
+ */
+static int step_done(const char *what, int loop, struct series *s, const struct step *st)
+{
+	struct vu_counters after;
+	long long pins, lck;
+
+	if (vu_counters_read(&after))
+		return -ENOENT;
+	pins = vu_pins_outstanding(&st->before, &after);
+	lck = (after.vmlck_kb - st->before.vmlck_kb) / page_kb;
+	if (pins || lck) {
+		fprintf(stderr, "dma-bench: ERROR: %s %s loop %d: after UNMAP_DMA %lld pages "
+			"still pinned, %lld pages still locked (VmLck)\n", s->backend,
+			what, loop + 1, pins, lck);
+		s->pin_leak += pins;
+		s->lck_leak += lck;
+	}
+	if (s->warmup) {
+		s->warmup--;
+		return st->err;
+	}
+	s->map_s[s->n] = st->t1 - st->t0;
+	s->unmap_s[s->n] = st->t2 - st->t1;
+	s->n++;
+	return st->err;
+}
+
 /* One step: fresh container, one MAP_DMA, one UNMAP_DMA, balance check. */
 static int one_loop(const struct opts *o, enum vu_mem_kind kind, void *buf,
 		    uint64_t size, struct series *s, int loop)
 {
-	struct vu_counters before, after;
-	uint64_t unmapped = 0;
-	long long pins, lck;
-	double t0, t1, t2;
+	struct step st = { 0 };
 	int c, gfd, err;
 
 	c = open_container(o, &gfd);
@@ -384,58 +423,9 @@ static int one_loop(const struct opts *o, enum vu_mem_kind kind, void *buf,
 			return err;
 		}
 	}
-	if (vu_counters_read(&before)) {
-		fprintf(stderr, "dma-bench: cannot read /proc/vmstat nr_foll_pin_* or VmLck\n");
-		close_container(c, gfd);
-		return -ENOENT;
-	}
-	if (step_warmup(o, c, buf, size)) {
-		s->failures++;
-		close_container(c, gfd);
-		return -EIO;
-	}
-
-	t0 = vu_now();
-	err = vu_map(c, o->iova, buf, size, VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE);
-	t1 = vu_now();
-	if (err) {
-		fprintf(stderr, "dma-bench: ERROR: %s %s loop %d: MAP_DMA failed: %s\n",
-			s->backend, mode_name(kind), loop + 1, strerror(-err));
-		if (err == -ENOMEM)
-			fprintf(stderr, "  over RLIMIT_MEMLOCK? run as root or ulimit -l unlimited\n");
-		s->failures++;
-		close_container(c, gfd);
-		return err;
-	}
-	err = vu_unmap(c, o->iova, size, 0, &unmapped);
-	t2 = vu_now();
-	if (err || unmapped != size) {
-		fprintf(stderr, "dma-bench: ERROR: %s %s loop %d: UNMAP_DMA %s, %" PRIu64
-			" of %" PRIu64 " bytes unmapped\n", s->backend, mode_name(kind),
-			loop + 1, err ? strerror(-err) : "short", unmapped, size);
-		s->failures++;
-	}
+	err = step_run(o, c, buf, size, mode_name(kind), loop, s, &st);
 	close_container(c, gfd);
-
-	if (vu_counters_read(&after))
-		return -ENOENT;
-	pins = vu_pins_outstanding(&before, &after);
-	lck = (after.vmlck_kb - before.vmlck_kb) / page_kb;
-	if (pins || lck) {
-		fprintf(stderr, "dma-bench: ERROR: %s %s loop %d: after UNMAP_DMA %lld pages "
-			"still pinned, %lld pages still locked (VmLck)\n", s->backend,
-			mode_name(kind), loop + 1, pins, lck);
-		s->pin_leak += pins;
-		s->lck_leak += lck;
-	}
-	if (s->warmup) {
-		s->warmup--;
-		return err;
-	}
-	s->map_s[s->n] = t1 - t0;
-	s->unmap_s[s->n] = t2 - t1;
-	s->n++;
-	return err;
+	return err ? err : step_done(mode_name(kind), loop, s, &st);
 }
 
 static void print_summary(const struct opts *o, enum vu_mem_kind kind, const struct series *s)
@@ -444,8 +434,8 @@ static void print_summary(const struct opts *o, enum vu_mem_kind kind, const str
 
 	if (!s->n)
 		return;
-	stats(s->map_s, s->n, &mn, &md, &mx, &av);
-	stats(s->unmap_s, s->n, &umn, &umd, &umx, &uav);
+	vu_stats(s->map_s, s->n, &mn, &md, &mx, &av);
+	vu_stats(s->unmap_s, s->n, &umn, &umd, &umx, &uav);
 	fprintf(human, "# %s, %s, %g GiB, %d loops\n", s->backend, mode_name(kind),
 		o->gib, s->n);
 	fprintf(human, "------- AVERAGE (%s) --------\n", mode_header(kind));
@@ -478,9 +468,62 @@ static void print_json(const struct opts *o, enum vu_mem_kind kind, const struct
 	print_array(s->unmap_s, s->n);
 	printf(", \"map_median_s\": %.6f, \"unmap_median_s\": %.6f, "
 	       "\"pin_leak_pages\": %lld, \"locked_vm_leak_pages\": %lld}\n",
-	       s->n ? median(s->map_s, s->n) : 0.0, s->n ? median(s->unmap_s, s->n) : 0.0,
+	       vu_median(s->map_s, s->n), vu_median(s->unmap_s, s->n),
 	       s->pin_leak, s->lck_leak);
 	fflush(stdout);
+}
+
+/*
+ * Every loop, the warm-up loops first, the backends alternating: @step
+ * once per backend and loop. Setup errors (no group, bad IOVA) stop;
+ * ioctl failures are counted in the series and the loops go on.
+ */
+static int run_loops(const struct opts *o, struct series *s,
+		     int (*step)(const struct opts *o, struct series *s, int loop, void *arg),
+		     void *arg)
+{
+	int loop, b, err;
+
+	for (loop = 0; loop < o->warmup + o->loops; loop++) {
+		for (b = 0; b < o->nbackends; b++) {
+			err = use_backend(o, b);
+			if (err)
+				return err;
+			err = step(o, &s[b], loop, arg);
+			if (err && !s[b].failures)
+				return err;
+		}
+	}
+	return 0;
+}
+
+/* The summary (and JSON) of each backend's series, then frees them; *bad on a leak or failure. */
+static void report_series(const struct opts *o, enum vu_mem_kind kind, struct series *s, int *bad)
+{
+	int b;
+
+	for (b = 0; b < o->nbackends; b++) {
+		print_summary(o, kind, &s[b]);
+		if (o->json && s[b].n)
+			print_json(o, kind, &s[b]);
+		if (s[b].pin_leak || s[b].lck_leak || s[b].failures)
+			*bad = 1;
+		free(s[b].map_s);
+		free(s[b].unmap_s);
+	}
+}
+
+struct mem_step {
+	enum vu_mem_kind kind;
+	void *buf;
+	uint64_t size;
+};
+
+static int mem_step(const struct opts *o, struct series *s, int loop, void *arg)
+{
+	struct mem_step *m = arg;
+
+	return one_loop(o, m->kind, m->buf, m->size, s, loop);
 }
 
 /* Refuse early rather than let the OOM killer end the run. */
@@ -519,7 +562,7 @@ static int run_mode(const struct opts *o, enum vu_mem_kind kind, uint64_t size, 
 		    kind == VU_MEM_MEMFD2M;
 	char nr_path[128], free_path[128];
 	long long nr_before = -1;
-	int i, b, loop, ret = 0;
+	int ret = 0;
 	void *buf;
 	double t;
 
@@ -576,38 +619,9 @@ static int run_mode(const struct opts *o, enum vu_mem_kind kind, uint64_t size, 
 	fprintf(human, "\n");
 
 	ret = series_init(o, s);
-	if (ret)
-		goto out;
-
-	for (loop = 0; loop < o->warmup + o->loops; loop++) {
-		for (b = 0; b < o->nbackends; b++) {
-			int err;
-
-			err = use_backend(o, b);
-			if (err) {
-				ret = err;
-				goto out;
-			}
-			err = one_loop(o, kind, buf, size, &s[b], loop);
-			/* Setup errors (no group, bad IOVA) stop; ioctl failures are counted. */
-			if (err && !s[b].failures) {
-				ret = err;
-				goto out;
-			}
-		}
-	}
-out:
-	for (b = 0; b < o->nbackends; b++) {
-		print_summary(o, kind, &s[b]);
-		if (o->json && s[b].n)
-			print_json(o, kind, &s[b]);
-		if (s[b].pin_leak || s[b].lck_leak || s[b].failures)
-			*bad = 1;
-	}
-	for (i = 0; i < o->nbackends; i++) {
-		free(s[i].map_s);
-		free(s[i].unmap_s);
-	}
+	if (!ret)
+		ret = run_loops(o, s, mem_step, &(struct mem_step){ kind, buf, size });
+	report_series(o, kind, s, bad);
 	vu_mem_free(buf, size);
 	if (huge && nr_before >= 0)
 		vu_write_number(nr_path, nr_before);	/* give the pool back for the next modes */
@@ -700,11 +714,8 @@ static void bar_close(struct bar_loop *l)
 
 static int bar_one_loop(const struct opts *o, int group, struct series *s, int loop)
 {
-	struct vu_counters before, after;
+	struct step st = { 0 };
 	struct bar_loop l;
-	uint64_t unmapped = 0;
-	long long pins, lck;
-	double t0, t1, t2;
 	int err;
 
 	err = bar_open(o, group, &l);
@@ -714,59 +725,21 @@ static int bar_one_loop(const struct opts *o, int group, struct series *s, int l
 		bar_close(&l);
 		return -ERANGE;
 	}
-	if (vu_counters_read(&before)) {
-		bar_close(&l);
-		return -ENOENT;
-	}
-	if (step_warmup(o, l.container, l.map, l.size)) {
-		s->failures++;
-		bar_close(&l);
-		return -EIO;
-	}
-	t0 = vu_now();
-	err = vu_map(l.container, o->iova, l.map, l.size,
-		     VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE);
-	t1 = vu_now();
-	if (err) {
-		fprintf(stderr, "dma-bench: ERROR: %s bar loop %d: MAP_DMA failed: %s\n",
-			s->backend, loop + 1, strerror(-err));
-		s->failures++;
-		bar_close(&l);
-		return err;
-	}
-	err = vu_unmap(l.container, o->iova, l.size, 0, &unmapped);
-	t2 = vu_now();
-	if (err || unmapped != l.size) {
-		fprintf(stderr, "dma-bench: ERROR: %s bar loop %d: UNMAP_DMA %s\n", s->backend,
-			loop + 1, err ? strerror(-err) : "short");
-		s->failures++;
-	}
+	err = step_run(o, l.container, l.map, l.size, "bar", loop, s, &st);
 	bar_close(&l);
-	if (vu_counters_read(&after))
-		return -ENOENT;
-	pins = vu_pins_outstanding(&before, &after);
-	lck = (after.vmlck_kb - before.vmlck_kb) / page_kb;
-	if (pins || lck) {
-		fprintf(stderr, "dma-bench: ERROR: %s bar loop %d: %lld pages pinned, %lld "
-			"locked (VmLck) after UNMAP_DMA\n", s->backend, loop + 1, pins, lck);
-		s->pin_leak += pins;
-		s->lck_leak += lck;
-	}
-	if (s->warmup) {
-		s->warmup--;
-		return err;
-	}
-	s->map_s[s->n] = t1 - t0;
-	s->unmap_s[s->n] = t2 - t1;
-	s->n++;
-	return err;
+	return err ? err : step_done("bar", loop, s, &st);
+}
+
+static int bar_step(const struct opts *o, struct series *s, int loop, void *arg)
+{
+	return bar_one_loop(o, *(int *)arg, s, loop);
 }
 
 static int run_bar_mode(const struct opts *o, int *bad)
 {
 	struct series s[MAX_BACKENDS] = { 0 };
 	struct opts bo = *o;
-	int b, loop, group, ret = 0;
+	int group, ret = 0;
 	struct bar_loop probe;
 
 	if (!bo.bar_bdf)
@@ -789,34 +762,9 @@ static int run_bar_mode(const struct opts *o, int *bad)
 	bar_close(&probe);
 
 	ret = series_init(o, s);
-	if (ret)
-		goto out;
-	for (loop = 0; loop < o->warmup + o->loops; loop++) {
-		for (b = 0; b < o->nbackends; b++) {
-			int err;
-
-			err = use_backend(o, b);
-			if (err) {
-				ret = err;
-				goto out;
-			}
-			err = bar_one_loop(&bo, group, &s[b], loop);
-			if (err && !s[b].failures) {
-				ret = err;
-				goto out;
-			}
-		}
-	}
-out:
-	for (b = 0; b < o->nbackends; b++) {
-		print_summary(&bo, MODE_BAR, &s[b]);
-		if (o->json && s[b].n)
-			print_json(&bo, MODE_BAR, &s[b]);
-		if (s[b].pin_leak || s[b].lck_leak || s[b].failures)
-			*bad = 1;
-		free(s[b].map_s);
-		free(s[b].unmap_s);
-	}
+	if (!ret)
+		ret = run_loops(&bo, s, bar_step, &group);
+	report_series(&bo, MODE_BAR, s, bad);
 	return ret;
 }
 

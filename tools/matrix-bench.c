@@ -140,20 +140,11 @@ enum ft_kind { FT_THP, FT_ANON4K, FT_SHM4K, FT_MEMFD2M };
 static char *ft_alloc(enum ft_kind kind, uint64_t size)
 {
 	int prot = PROT_READ | PROT_WRITE;
-	char *p, *a;
-	int fd, err;
+	char *p;
 
 	switch (kind) {
 	case FT_THP:
-		p = mmap(NULL, size + SZ_2M, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (p == MAP_FAILED)
-			return NULL;
-		a = (char *)(((uintptr_t)p + SZ_2M - 1) & ~(uintptr_t)(SZ_2M - 1));
-		if (a > p)
-			munmap(p, a - p);
-		munmap(a + size, SZ_2M - (a - p));
-		madvise(a, size, MADV_HUGEPAGE);
-		return a;
+		return vu_thp_map(size);
 	case FT_ANON4K:
 		p = mmap(NULL, size, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (p == MAP_FAILED)
@@ -164,16 +155,7 @@ static char *ft_alloc(enum ft_kind kind, uint64_t size)
 		p = mmap(NULL, size, prot, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 		return p == MAP_FAILED ? NULL : p;
 	case FT_MEMFD2M:
-		fd = vu_memfd2m_create(size);
-		if (fd < 0) {
-			errno = -fd;
-			return NULL;
-		}
-		p = mmap(NULL, size, prot, MAP_SHARED, fd, 0);
-		err = errno;
-		close(fd);	/* the mapping holds the file: munmap frees it */
-		errno = err;
-		return p == MAP_FAILED ? NULL : p;
+		return vu_memfd2m_map(size);
 	}
 	errno = EINVAL;
 	return NULL;
@@ -696,28 +678,6 @@ static const struct row rows[] = {
 /* ------------------------------------------------------------------ */
 /* driver */
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n)
-{
-	double *s = malloc(n * sizeof(*s)), m;
-
-	if (!s || !n) {
-		free(s);
-		return 0;
-	}
-	memcpy(s, v, n * sizeof(*s));
-	qsort(s, n, sizeof(*s), cmp_double);
-	m = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-	free(s);
-	return m;
-}
-
 static double unit_scale(const char *unit)
 {
 	return !strcmp(unit, "ms") ? 1e3 : 1;	/* "us" rows compute us themselves */
@@ -772,7 +732,7 @@ static void print_json(const struct row *r, const struct series *s)
 			printf("%s%.6g", i ? ", " : "", s->v[m][i]);
 		printf("], \"median\": %.6g, \"pin_leak_pages\": %lld, "
 		       "\"locked_vm_leak_pages\": %lld, \"failures\": %d, \"what\": \"%s\"}\n",
-		       median(s->v[m], s->n), s->pin_leak, s->lck_leak, s->failures, r->what);
+		       vu_median(s->v[m], s->n), s->pin_leak, s->lck_leak, s->failures, r->what);
 	}
 	fflush(stdout);
 }
@@ -835,7 +795,7 @@ static int run_row(struct ctx *x, const struct row *r, int *bad)
 	for (b = 0; b < o->nbackends; b++) {
 		fprintf(stderr, "  %s", s[b].backend);
 		for (m = 0; m < r->nm; m++)
-			fprintf(stderr, " %s %.4g %s", r->m[m].name, median(s[b].v[m], s[b].n),
+			fprintf(stderr, " %s %.4g %s", r->m[m].name, vu_median(s[b].v[m], s[b].n),
 				r->m[m].unit);
 		if (s[b].failures || s[b].pin_leak || s[b].lck_leak) {
 			fprintf(stderr, " (FAILED: %d failures, %lld pins, %lld locked leaked)",

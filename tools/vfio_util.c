@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,6 +307,41 @@ int vu_memfd2m_create(size_t size)
 	return fd;
 }
 
+void *vu_thp_map(size_t size)
+{
+	char *p = mmap(NULL, size + (2UL << 20), PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uintptr_t a;
+	size_t head;
+
+	if (p == MAP_FAILED)
+		return NULL;
+	/* 2M-align so every folio can be a THP. */
+	a = ((uintptr_t)p + (2UL << 20) - 1) & ~((2UL << 20) - 1);
+	head = a - (uintptr_t)p;
+	if (head)
+		munmap(p, head);
+	munmap((char *)a + size, (2UL << 20) - head);
+	madvise((void *)a, size, MADV_HUGEPAGE);
+	return (void *)a;
+}
+
+void *vu_memfd2m_map(size_t size)
+{
+	int fd = vu_memfd2m_create(size), err;
+	void *p;
+
+	if (fd < 0) {
+		errno = -fd;
+		return NULL;
+	}
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	err = errno;
+	close(fd);
+	errno = err;
+	return p == MAP_FAILED ? NULL : p;
+}
+
 void *vu_mem_alloc(enum vu_mem_kind kind, size_t size)
 {
 	int prot = PROT_READ | PROT_WRITE;
@@ -315,18 +351,9 @@ void *vu_mem_alloc(enum vu_mem_kind kind, size_t size)
 
 	switch (kind) {
 	case VU_MEM_THP:
-		/* 2M-align so every folio can be a THP. */
-		p = mmap(NULL, size + (2UL << 20), prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (p != MAP_FAILED) {
-			uintptr_t a = ((uintptr_t)p + (2UL << 20) - 1) & ~((2UL << 20) - 1);
-			size_t head = a - (uintptr_t)p;
-
-			if (head)
-				munmap(p, head);
-			munmap((char *)a + size, (2UL << 20) - head);
-			p = (void *)a;
-			madvise(p, size, MADV_HUGEPAGE);
-		}
+		p = vu_thp_map(size);
+		if (!p)
+			return NULL;
 		break;
 	case VU_MEM_POPULATE:
 		p = mmap(NULL, size, prot, MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
@@ -361,15 +388,9 @@ void *vu_mem_alloc(enum vu_mem_kind kind, size_t size)
 		break;
 	case VU_MEM_MEMFD2M:
 		step = 2UL << 20;
-		fd = vu_memfd2m_create(size);
-		if (fd < 0) {
-			errno = -fd;
+		p = vu_memfd2m_map(size);
+		if (!p)
 			return NULL;
-		}
-		p = mmap(NULL, size, prot, MAP_SHARED, fd, 0);
-		err = errno;
-		close(fd);
-		errno = err;
 		break;
 	default:
 		errno = EINVAL;
@@ -464,6 +485,42 @@ double vu_now(void)
 
 	clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int vu_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+void vu_stats(const double *v, int n, double *min, double *med, double *max, double *avg)
+{
+	double *s = n > 0 ? malloc(n * sizeof(*s)) : NULL;
+	double sum = 0;
+	int i;
+
+	if (!s) {
+		*min = *med = *max = *avg = NAN;
+		return;
+	}
+	memcpy(s, v, n * sizeof(*s));
+	qsort(s, n, sizeof(*s), vu_cmp_double);
+	for (i = 0; i < n; i++)
+		sum += s[i];
+	*min = s[0];
+	*max = s[n - 1];
+	*med = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+	*avg = sum / n;
+	free(s);
+}
+
+double vu_median(const double *v, int n)
+{
+	double min, med, max, avg;
+
+	vu_stats(v, n, &min, &med, &max, &avg);
+	return isnan(med) ? 0 : med;
 }
 
 int vu_module_insert(const char *path)

@@ -57,6 +57,14 @@ int vu_hugepages_reserve(unsigned long size_kb, unsigned long n);
  * first; nothing is faulted in. Returns the fd, or -errno.
  */
 int vu_memfd2m_create(size_t size);
+/*
+ * Never-touched memory, NULL with errno on failure: vu_thp_map() private
+ * anonymous, 2M-aligned, MADV_HUGEPAGE; vu_memfd2m_map() a MAP_SHARED
+ * mapping of a vu_memfd2m_create() memfd (whose fd it closes: the mapping
+ * holds the file, munmap frees it). vu_mem_alloc() faults them in.
+ */
+void *vu_thp_map(size_t size);
+void *vu_memfd2m_map(size_t size);
 
 /* Counters that every test and benchmark loop checks for balance. */
 struct vu_counters {
@@ -101,5 +109,8 @@ const char *vu_backend_name(void);
 int vu_switch_backend(const char *prog, const char *cmd, const char *want);
 
 double vu_now(void);	/* CLOCK_MONOTONIC_RAW seconds */
+/* min, median, max and mean of n values (NAN for n == 0); the median alone (0 for n == 0). */
+void vu_stats(const double *v, int n, double *min, double *med, double *max, double *avg);
+double vu_median(const double *v, int n);
 
 #endif
