@@ -421,8 +421,7 @@ void fm_dma_remove(struct fm_iommu *iommu, struct fm_dma *dma)
 
 	fm_unmap_unpin(iommu, dma, true);
 	fm_dma_unlink(iommu, dma);
-	put_task_struct(dma->task);
-	mmdrop(dma->mm);
+	fm_dma_put_owner(dma);
 	fm_dirty_bitmap_free(dma);
 	fm_rec_free(dma);
 	if (dma->vaddr_invalid)
