@@ -4,11 +4,11 @@
  * ordinary memory counts once in its owner's locked_vm, against the owner's
  * RLIMIT_MEMLOCK unless the owner had CAP_IPC_LOCK at map time; reserved
  * and PFNMAP pages do not count, and neither do pages an emulated device
- * pinned first (their vpfn carries the charge, external.c).
+ * pinned first (their vpfn carries the charge, vpfn.c).
  *
  * fm_acct() is the one place locked_vm changes. Its callers: the pin
  * pipeline, once per batch (fm_batch_charge(), below); unmap, once per
- * released mapping or run (unmap.c); pin_pages, once per page (external.c);
+ * released mapping or run (unmap.c); pin_pages, once per page (pin_pages.c);
  * MAP_DMA with a new vaddr, which moves the whole charge to the calling
  * process (fm_change_owner(), map_dma.c).
  */

@@ -12,14 +12,15 @@
  *             -> charge the batch once (charge.c)
  *             -> grow the open run, map each run in every domain (run.c)
  *                and append it to the run record (record.c)
- *   UNMAP_DMA -> ioctl.c -> fm_do_unmap() (unmap.c) -> find mappings
+ *   UNMAP_DMA -> ioctl.c -> fm_do_unmap() (unmap_dma.c) -> find mappings
  *             -> unmap runs from every domain into one IOTLB gather
- *             -> one flush -> release whole runs and uncharge
+ *                (unmap.c)
+ *             -> one flush -> release whole runs and uncharge (release.c)
  *
  * Locking: iommu->lock (a mutex) protects everything reachable from a
  * struct fm_iommu except device_list, which has its own mutex so that the
  * dma_unmap callbacks of emulated-IOMMU devices can run without iommu->lock;
- * device_list_lock comes first when both are taken (external.c). Pinning
+ * device_list_lock comes first when both are taken (devices.c). Pinning
  * takes the owning mm's mmap_lock (read) inside iommu->lock; accounting
  * takes it for write. Nothing takes iommu->lock under mmap_lock.
  */
@@ -268,11 +269,12 @@ long fm_filepin(struct mm_struct *mm, unsigned long vaddr, unsigned long npage,
 		unsigned long *first);
 
 /*
- * unmap.c: unmap, flush, then unpin. fm_do_unmap takes iommu->lock itself;
- * fm_unmap_unpin_all/reaccount are called with it held (detach, release).
+ * Unmap: unmap_dma.c -> unmap.c -> release.c. fm_do_unmap takes
+ * iommu->lock itself; the rest is called with it held.
  */
 int fm_do_unmap(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_unmap *unmap,
 		struct vfio_bitmap *bitmap);
+/* unmap.c: out of every domain, flushed, then released */
 void fm_dma_remove(struct fm_iommu *iommu, struct fm_dma *dma);
 /*
  * Empty the first @size bytes of @dma from @domain alone, then unpin them.
@@ -282,14 +284,21 @@ unsigned long fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *dom
 				    size_t size, bool do_accounting);
 void fm_unmap_unpin_all(struct fm_iommu *iommu);
 void fm_unmap_unpin_reaccount(struct fm_iommu *iommu);
+/* release.c: unpin runs the IOMMU no longer maps, hand their charge back */
+long fm_release_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
+		    unsigned long npage, long *uncharge, bool vpfns);
 long fm_unpin_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
 		  unsigned long npage, bool do_accounting);
 void fm_unpin_external_page(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
 			    bool do_accounting);
 
-/* external.c: emulated-IOMMU users (vpfn tree, pin_pages, dma_rw) */
+/*
+ * Emulated-IOMMU users: vpfn.c (the pages they pinned), pin_pages.c,
+ * dma_rw.c, devices.c (registration, the dma_unmap callbacks)
+ */
 struct fm_vpfn *fm_vpfn_find(struct fm_dma *dma, dma_addr_t iova);
 unsigned long fm_vpfn_count(struct fm_dma *dma, dma_addr_t iova, unsigned long npage);
+void fm_vpfn_link(struct fm_dma *dma, struct fm_vpfn *new);
 int fm_pin_pages(void *iommu_data, struct iommu_group *group, dma_addr_t user_iova,
 		 int npage, int prot, struct page **pages);
 void fm_unpin_pages(void *iommu_data, dma_addr_t user_iova, int npage);

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * The container uAPI: argument checks and the GET_INFO capability chain.
- * The work is done elsewhere: fm_do_map (pin.c), fm_do_unmap (unmap.c) and
- * the dirty tracking calls (dirty.c), which take iommu->lock themselves.
+ * The work is done elsewhere: fm_do_map (map_dma.c), fm_do_unmap
+ * (unmap_dma.c) and the dirty tracking calls (dirty.c), which take
+ * iommu->lock themselves.
  * Error codes match stock type1 of the same kernel.
  */
 #include <linux/bitops.h>
