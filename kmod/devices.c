@@ -22,32 +22,31 @@
  * fm_notify_dma_unmap), and the walk valid under device_list_lock alone.
  * Nothing else in foliomap takes device_list_lock.
  */
-void fm_register_device(void *iommu_data, struct vfio_device *vdev)
+static void fm_device_list_change(struct fm_iommu *iommu, struct vfio_device *vdev,
+				  bool add)
 {
-	struct fm_iommu *iommu = iommu_data;
-
+	/* A device that cannot be told to unpin is never told, nor may it pin. */
 	if (!vdev->ops->dma_unmap)
 		return;
 
 	mutex_lock(&iommu->device_list_lock);
 	mutex_lock(&iommu->lock);
-	list_add(&vdev->iommu_entry, &iommu->device_list);
+	if (add)
+		list_add(&vdev->iommu_entry, &iommu->device_list);
+	else
+		list_del(&vdev->iommu_entry);
 	mutex_unlock(&iommu->lock);
 	mutex_unlock(&iommu->device_list_lock);
 }
 
+void fm_register_device(void *iommu_data, struct vfio_device *vdev)
+{
+	fm_device_list_change(iommu_data, vdev, true);
+}
+
 void fm_unregister_device(void *iommu_data, struct vfio_device *vdev)
 {
-	struct fm_iommu *iommu = iommu_data;
-
-	if (!vdev->ops->dma_unmap)
-		return;
-
-	mutex_lock(&iommu->device_list_lock);
-	mutex_lock(&iommu->lock);
-	list_del(&vdev->iommu_entry);
-	mutex_unlock(&iommu->lock);
-	mutex_unlock(&iommu->device_list_lock);
+	fm_device_list_change(iommu_data, vdev, false);
 }
 
 /*
