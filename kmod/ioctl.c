@@ -95,71 +95,117 @@ static long fm_check_extension(struct fm_iommu *iommu, unsigned long arg)
 	}
 }
 
-static int fm_cap_migration(struct fm_iommu *iommu, struct vfio_info_cap *caps)
+/*
+ * The GET_INFO capability chain, one entry per capability: its id, its
+ * size now (0: left out) and how to fill it in, all under iommu->lock.
+ * vfio_info_cap_add() hands out the space zeroed and with the header set.
+ * The table's order is the chain's order, the one stock 6.1 and 6.12
+ * build: users see the bytes (t_fuzz compares them with stock's).
+ */
+struct fm_info_cap {
+	u16	id;
+	size_t	(*size)(struct fm_iommu *iommu);
+	void	(*fill)(struct fm_iommu *iommu, struct vfio_info_cap_header *header);
+};
+
+static size_t fm_cap_migration_size(struct fm_iommu *iommu)
 {
-	struct vfio_iommu_type1_info_cap_migration *cap;
-	struct vfio_info_cap_header *header;
+	return sizeof(struct vfio_iommu_type1_info_cap_migration);
+}
 
-	header = vfio_info_cap_add(caps, sizeof(*cap), VFIO_IOMMU_TYPE1_INFO_CAP_MIGRATION, 1);
-	if (IS_ERR(header))
-		return PTR_ERR(header);
+static void fm_cap_migration_fill(struct fm_iommu *iommu, struct vfio_info_cap_header *header)
+{
+	struct vfio_iommu_type1_info_cap_migration *cap =
+		container_of(header, struct vfio_iommu_type1_info_cap_migration, header);
 
-	cap = container_of(header, struct vfio_iommu_type1_info_cap_migration, header);
-	cap->flags = 0;
-	/* Dirty bits are kept at the smallest page size only. */
+	/* Dirty bits are kept at the smallest page size only; no flags. */
 	cap->pgsize_bitmap = (u64)1 << __ffs(iommu->pgsize_bitmap);
 	cap->max_dirty_bitmap_size = FM_DIRTY_BITMAP_SIZE_MAX;
-	return 0;
 }
 
-static int fm_cap_dma_avail(struct fm_iommu *iommu, struct vfio_info_cap *caps)
+static size_t fm_cap_dma_avail_size(struct fm_iommu *iommu)
 {
-	struct vfio_iommu_type1_info_dma_avail *cap;
-	struct vfio_info_cap_header *header;
-
-	header = vfio_info_cap_add(caps, sizeof(*cap), VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL, 1);
-	if (IS_ERR(header))
-		return PTR_ERR(header);
-
-	cap = container_of(header, struct vfio_iommu_type1_info_dma_avail, header);
-	cap->avail = iommu->dma_avail;
-	return 0;
+	return sizeof(struct vfio_iommu_type1_info_dma_avail);
 }
 
-/* No capability while the list is empty (emulated groups only), as stock. */
-static int fm_cap_iova_ranges(struct fm_iommu *iommu, struct vfio_info_cap *caps)
+static void fm_cap_dma_avail_fill(struct fm_iommu *iommu, struct vfio_info_cap_header *header)
+{
+	container_of(header, struct vfio_iommu_type1_info_dma_avail, header)->avail =
+		iommu->dma_avail;
+}
+
+/* None while the list is empty (emulated groups only), as stock. */
+static size_t fm_cap_iova_ranges_size(struct fm_iommu *iommu)
 {
 	struct vfio_iommu_type1_info_cap_iova_range *cap;
-	struct vfio_info_cap_header *header;
+	size_t n = list_count_nodes(&iommu->iova_list);
+
+	return n ? struct_size(cap, iova_ranges, n) : 0;
+}
+
+static void fm_cap_iova_ranges_fill(struct fm_iommu *iommu, struct vfio_info_cap_header *header)
+{
+	struct vfio_iommu_type1_info_cap_iova_range *cap =
+		container_of(header, struct vfio_iommu_type1_info_cap_iova_range, header);
 	struct fm_iova_range *range;
-	u32 n = 0;
 
-	list_for_each_entry(range, &iommu->iova_list, list)
-		n++;
-	if (!n)
-		return 0;
-
-	header = vfio_info_cap_add(caps, struct_size(cap, iova_ranges, n),
-				   VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE, 1);
-	if (IS_ERR(header))
-		return PTR_ERR(header);
-
-	cap = container_of(header, struct vfio_iommu_type1_info_cap_iova_range, header);
-	cap->nr_iovas = n;
-	n = 0;
 	list_for_each_entry(range, &iommu->iova_list, list) {
-		cap->iova_ranges[n].start = range->start;
-		cap->iova_ranges[n].end = range->end;
-		n++;
+		cap->iova_ranges[cap->nr_iovas].start = range->start;
+		cap->iova_ranges[cap->nr_iovas].end = range->end;
+		cap->nr_iovas++;
+	}
+}
+
+static const struct fm_info_cap fm_info_caps[] = {
+	{ VFIO_IOMMU_TYPE1_INFO_CAP_MIGRATION, fm_cap_migration_size, fm_cap_migration_fill },
+	{ VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL, fm_cap_dma_avail_size, fm_cap_dma_avail_fill },
+	{ VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE, fm_cap_iova_ranges_size,
+	  fm_cap_iova_ranges_fill },
+};
+
+/* Build the chain; iommu->lock held. */
+static int fm_info_caps_build(struct fm_iommu *iommu, struct vfio_info_cap *caps)
+{
+	const struct fm_info_cap *c;
+
+	for (c = fm_info_caps; c < fm_info_caps + ARRAY_SIZE(fm_info_caps); c++) {
+		struct vfio_info_cap_header *header;
+		size_t size = c->size(iommu);
+
+		if (!size)
+			continue;
+		header = vfio_info_cap_add(caps, size, c->id, 1);
+		if (IS_ERR(header))
+			return PTR_ERR(header);
+		c->fill(iommu, header);
 	}
 	return 0;
 }
 
 /*
- * The capability chain follows the fixed struct. When argsz is too small
- * for it, only argsz is raised to the size needed (cap_offset stays 0) so
- * that the caller can retry with a bigger buffer.
+ * The chain goes right after the fixed struct when the user's buffer
+ * (argsz) holds both. Otherwise only argsz is raised to the size needed
+ * (cap_offset stays 0), so that the caller can retry with a bigger buffer.
  */
+static int fm_info_put_caps(void __user *arg, struct vfio_iommu_type1_info *info,
+			    struct vfio_info_cap *caps)
+{
+	size_t need = sizeof(*info) + caps->size;
+
+	if (!caps->size)
+		return 0;
+	info->flags |= VFIO_IOMMU_INFO_CAPS;
+	if (info->argsz < need) {
+		info->argsz = need;
+		return 0;
+	}
+	vfio_info_cap_shift(caps, sizeof(*info));
+	if (copy_to_user(arg + sizeof(*info), caps->buf, caps->size))
+		return -EFAULT;
+	info->cap_offset = sizeof(*info);
+	return 0;
+}
+
 static long fm_ioctl_get_info(struct fm_iommu *iommu, unsigned long arg)
 {
 	unsigned long minsz = offsetofend(struct vfio_iommu_type1_info, iova_pgsizes);
@@ -178,32 +224,13 @@ static long fm_ioctl_get_info(struct fm_iommu *iommu, unsigned long arg)
 	mutex_lock(&iommu->lock);
 	info.flags = VFIO_IOMMU_INFO_PGSIZES;
 	info.iova_pgsizes = iommu->pgsize_bitmap;
-	ret = fm_cap_migration(iommu, &caps);
-	if (!ret)
-		ret = fm_cap_dma_avail(iommu, &caps);
-	if (!ret)
-		ret = fm_cap_iova_ranges(iommu, &caps);
+	ret = fm_info_caps_build(iommu, &caps);
 	mutex_unlock(&iommu->lock);
-	if (ret)
-		goto out_free;
 
-	if (caps.size) {
-		info.flags |= VFIO_IOMMU_INFO_CAPS;
-		if (info.argsz < sizeof(info) + caps.size) {
-			info.argsz = sizeof(info) + caps.size;
-		} else {
-			vfio_info_cap_shift(&caps, sizeof(info));
-			if (copy_to_user((void __user *)arg + sizeof(info), caps.buf, caps.size)) {
-				ret = -EFAULT;
-				goto out_free;
-			}
-			info.cap_offset = sizeof(info);
-		}
-	}
-
-	if (copy_to_user((void __user *)arg, &info, outsz))
+	if (!ret)
+		ret = fm_info_put_caps((void __user *)arg, &info, &caps);
+	if (!ret && copy_to_user((void __user *)arg, &info, outsz))
 		ret = -EFAULT;
-out_free:
 	kfree(caps.buf);
 	return ret;
 }
