@@ -59,6 +59,43 @@ static int fm_check_user_bitmap(const struct vfio_bitmap *bitmap, u64 size)
 	return fm_check_bitmap_size(size >> __ffs(bitmap->pgsize), bitmap->size);
 }
 
+/* Every type1 ioctl argument starts so (checked in fm_ioctl()). */
+struct fm_ioctl_head {
+	u32	argsz;
+	u32	flags;
+};
+
+/*
+ * Read the first @minsz bytes of an ioctl argument into @buf (-EFAULT),
+ * then check its head (-EINVAL): argsz must cover them, and flags may hold
+ * no bit outside @mask (U32_MAX for GET_INFO, whose flags are output).
+ * Stock's checks, in stock's order, in one place.
+ */
+static int fm_ioctl_copy_in(void *buf, unsigned long arg, size_t minsz, u32 mask)
+{
+	const struct fm_ioctl_head *head = buf;
+
+	if (copy_from_user(buf, (void __user *)arg, minsz))
+		return -EFAULT;
+	if (head->argsz < minsz || head->flags & ~mask)
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * The struct that some flags append after the first @minsz bytes (the
+ * bitmap of UNMAP_DMA, the range of GET_BITMAP): argsz must cover it.
+ */
+static int fm_ioctl_copy_tail(void *buf, size_t size, unsigned long arg, u32 argsz,
+			      size_t minsz)
+{
+	if (argsz - minsz < size)
+		return -EINVAL;
+	if (copy_from_user(buf, (void __user *)arg + minsz, size))
+		return -EFAULT;
+	return 0;
+}
+
 /*
  * @iommu is NULL when the core asks which driver to pick for a new
  * container. VFIO_TYPE1_NESTING_IOMMU is reported as stock does, but
@@ -214,10 +251,9 @@ static long fm_ioctl_get_info(struct fm_iommu *iommu, unsigned long arg)
 	size_t outsz;
 	int ret;
 
-	if (copy_from_user(&info, (void __user *)arg, minsz))
-		return -EFAULT;
-	if (info.argsz < minsz)
-		return -EINVAL;
+	ret = fm_ioctl_copy_in(&info, arg, minsz, U32_MAX);
+	if (ret)
+		return ret;
 	/* Written back: as much of the struct as stock writes (compat.h). */
 	outsz = fm_compat_info_outsz(info.argsz);
 
@@ -240,13 +276,10 @@ static long fm_ioctl_map_dma(struct fm_iommu *iommu, unsigned long arg)
 	unsigned long minsz = offsetofend(struct vfio_iommu_type1_dma_map, size);
 	u32 mask = VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE | VFIO_DMA_MAP_FLAG_VADDR;
 	struct vfio_iommu_type1_dma_map map;
+	int ret;
 
-	if (copy_from_user(&map, (void __user *)arg, minsz))
-		return -EFAULT;
-	if (map.argsz < minsz || map.flags & ~mask)
-		return -EINVAL;
-
-	return fm_do_map(iommu, &map);
+	ret = fm_ioctl_copy_in(&map, arg, minsz, mask);
+	return ret ? ret : fm_do_map(iommu, &map);
 }
 
 /*
@@ -264,19 +297,16 @@ static long fm_ioctl_unmap_dma(struct fm_iommu *iommu, unsigned long arg)
 	struct vfio_bitmap bitmap = {};
 	int ret;
 
-	if (copy_from_user(&unmap, (void __user *)arg, minsz))
-		return -EFAULT;
-	if (unmap.argsz < minsz || unmap.flags & ~mask)
-		return -EINVAL;
+	ret = fm_ioctl_copy_in(&unmap, arg, minsz, mask);
+	if (ret)
+		return ret;
 
 	if (unmap.flags & VFIO_DMA_UNMAP_FLAG_GET_DIRTY_BITMAP) {
 		if (unmap.flags & (VFIO_DMA_UNMAP_FLAG_ALL | VFIO_DMA_UNMAP_FLAG_VADDR))
 			return -EINVAL;
-		if (unmap.argsz < minsz + sizeof(bitmap))
-			return -EINVAL;
-		if (copy_from_user(&bitmap, (void __user *)arg + minsz, sizeof(bitmap)))
-			return -EFAULT;
-		ret = fm_check_user_bitmap(&bitmap, unmap.size);
+		ret = fm_ioctl_copy_tail(&bitmap, sizeof(bitmap), arg, unmap.argsz, minsz);
+		if (!ret)
+			ret = fm_check_user_bitmap(&bitmap, unmap.size);
 		if (ret)
 			return ret;
 	}
@@ -298,10 +328,9 @@ static long fm_dirty_pages_get(struct fm_iommu *iommu, unsigned long arg,
 	size_t pgsize;
 	int ret;
 
-	if (dirty->argsz - minsz < sizeof(range))
-		return -EINVAL;
-	if (copy_from_user(&range, (void __user *)arg + minsz, sizeof(range)))
-		return -EFAULT;
+	ret = fm_ioctl_copy_tail(&range, sizeof(range), arg, dirty->argsz, minsz);
+	if (ret)
+		return ret;
 	/* As for MAP and UNMAP, a range may end at the last address, not wrap. */
 	if (range.size && range.iova + range.size - 1 < range.iova)
 		return -EOVERFLOW;
@@ -325,15 +354,15 @@ static long fm_ioctl_dirty_pages(struct fm_iommu *iommu, unsigned long arg)
 	u32 mask = VFIO_IOMMU_DIRTY_PAGES_FLAG_START | VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP |
 		   VFIO_IOMMU_DIRTY_PAGES_FLAG_GET_BITMAP;
 	struct vfio_iommu_type1_dirty_bitmap dirty;
+	int ret;
 
 	/* v1 may coalesce mappings, so it cannot tell what a range held. */
 	if (!iommu->v2)
 		return -EACCES;
 
-	if (copy_from_user(&dirty, (void __user *)arg, minsz))
-		return -EFAULT;
-	if (dirty.argsz < minsz || dirty.flags & ~mask)
-		return -EINVAL;
+	ret = fm_ioctl_copy_in(&dirty, arg, minsz, mask);
+	if (ret)
+		return ret;
 	if (hweight32(dirty.flags) != 1)
 		return -EINVAL;
 
@@ -351,6 +380,12 @@ static long fm_ioctl_dirty_pages(struct fm_iommu *iommu, unsigned long arg)
 long fm_ioctl(void *iommu_data, unsigned int cmd, unsigned long arg)
 {
 	struct fm_iommu *iommu = iommu_data;
+
+	/* fm_ioctl_copy_in() reads every argument's head as a struct fm_ioctl_head. */
+	BUILD_BUG_ON(offsetof(struct vfio_iommu_type1_info, flags) != 4 ||
+		     offsetof(struct vfio_iommu_type1_dma_map, flags) != 4 ||
+		     offsetof(struct vfio_iommu_type1_dma_unmap, flags) != 4 ||
+		     offsetof(struct vfio_iommu_type1_dirty_bitmap, flags) != 4);
 
 	switch (cmd) {
 	case VFIO_CHECK_EXTENSION:
