@@ -64,16 +64,65 @@ void *fm_open(unsigned long arg)
 	return iommu;
 }
 
-/* Detach every group of @domain and free it; the caller unlinks @domain. */
-static void fm_domain_destroy(struct fm_domain *domain)
+/* @group of @list (a domain's groups, or the emulated ones), or NULL. */
+static struct fm_group *fm_group_in(struct list_head *list, struct iommu_group *iommu_group)
+{
+	struct fm_group *group;
+
+	list_for_each_entry(group, list, next) {
+		if (group->iommu_group == iommu_group)
+			return group;
+	}
+	return NULL;
+}
+
+/*
+ * The container's group for @iommu_group, or NULL, and in *@domain the
+ * domain it is attached to (NULL for an emulated group). Every lookup of
+ * a group goes through here: attach, detach, group_iommu_domain,
+ * pin_pages.
+ */
+static struct fm_group *fm_group_lookup(struct fm_iommu *iommu, struct iommu_group *iommu_group,
+					struct fm_domain **domain)
+{
+	struct fm_group *group;
+	struct fm_domain *d;
+
+	list_for_each_entry(d, &iommu->domain_list, next) {
+		group = fm_group_in(&d->group_list, iommu_group);
+		if (group) {
+			*domain = d;
+			return group;
+		}
+	}
+	*domain = NULL;
+	return fm_group_in(&iommu->emulated_groups, iommu_group);
+}
+
+struct fm_group *fm_find_group(struct fm_iommu *iommu, struct iommu_group *iommu_group)
+{
+	struct fm_domain *domain;
+
+	return fm_group_lookup(iommu, iommu_group, &domain);
+}
+
+/* Take @group out of the container: off @domain's IOMMU first, if any. */
+static void fm_group_free(struct fm_domain *domain, struct fm_group *group)
+{
+	if (domain)
+		iommu_detach_group(domain->domain, group->iommu_group);
+	list_del(&group->next);
+	kfree(group);
+}
+
+/* Unlink @domain, detach what groups it still has and free it. */
+static void fm_domain_free(struct fm_domain *domain)
 {
 	struct fm_group *group, *tmp;
 
-	list_for_each_entry_safe(group, tmp, &domain->group_list, next) {
-		iommu_detach_group(domain->domain, group->iommu_group);
-		list_del(&group->next);
-		kfree(group);
-	}
+	list_for_each_entry_safe(group, tmp, &domain->group_list, next)
+		fm_group_free(domain, group);
+	list_del(&domain->next);
 	iommu_domain_free(domain->domain);
 	kfree(domain);
 }
@@ -92,18 +141,12 @@ void fm_release(void *iommu_data)
 	 */
 	mutex_lock(&iommu->lock);
 
-	list_for_each_entry_safe(group, gtmp, &iommu->emulated_groups, next) {
-		list_del(&group->next);
-		kfree(group);
-	}
-
+	list_for_each_entry_safe(group, gtmp, &iommu->emulated_groups, next)
+		fm_group_free(NULL, group);
 	/* Unmap from every domain and flush before any page is released. */
 	fm_unmap_unpin_all(iommu);
-
-	list_for_each_entry_safe(domain, dtmp, &iommu->domain_list, next) {
-		list_del(&domain->next);
-		fm_domain_destroy(domain);
-	}
+	list_for_each_entry_safe(domain, dtmp, &iommu->domain_list, next)
+		fm_domain_free(domain);
 
 	fm_iova_list_free(&iommu->iova_list);
 	mutex_unlock(&iommu->lock);
@@ -111,36 +154,6 @@ void fm_release(void *iommu_data)
 	mutex_destroy(&iommu->device_list_lock);
 	mutex_destroy(&iommu->lock);
 	kfree(iommu);
-}
-
-static struct fm_group *fm_domain_find_group(struct fm_domain *domain,
-					     struct iommu_group *iommu_group)
-{
-	struct fm_group *group;
-
-	list_for_each_entry(group, &domain->group_list, next) {
-		if (group->iommu_group == iommu_group)
-			return group;
-	}
-	return NULL;
-}
-
-struct fm_group *fm_find_group(struct fm_iommu *iommu, struct iommu_group *iommu_group)
-{
-	struct fm_domain *domain;
-	struct fm_group *group;
-
-	list_for_each_entry(domain, &iommu->domain_list, next) {
-		group = fm_domain_find_group(domain, iommu_group);
-		if (group)
-			return group;
-	}
-
-	list_for_each_entry(group, &iommu->emulated_groups, next) {
-		if (group->iommu_group == iommu_group)
-			return group;
-	}
-	return NULL;
 }
 
 bool fm_has_emulated(struct fm_iommu *iommu)
@@ -187,6 +200,59 @@ static u64 fm_pgsize_bitmap(struct fm_iommu *iommu, struct fm_domain *extra)
 	return bitmap;
 }
 
+/*
+ * What attaching an IOMMU-backed group prepares before the container
+ * changes: a new domain with the group attached to it alone, and the
+ * container's usable IOVA ranges as they would be with the group. The
+ * container's own lists change only in fm_attach_commit().
+ */
+struct fm_attach {
+	struct fm_domain	*domain;
+	bool			attached;	/* the group is on domain's IOMMU domain */
+	struct list_head	resv;		/* the group's reserved regions */
+	struct list_head	iova;		/* the usable ranges with the group */
+	bool			sw_msi;		/* the MSI window is ours to map... */
+	phys_addr_t		msi_base;	/* ...here */
+};
+
+static int fm_domain_alloc_one(struct device *dev, void *data)
+{
+	struct iommu_domain **domain = data;
+
+	*domain = fm_compat_domain_alloc(dev);
+	return 1;	/* any device of the group will do: stop here */
+}
+
+/*
+ * A new domain for the group's IOMMU, the group attached to it. Walking
+ * the group (under its own lock) keeps the device we allocate for from
+ * leaving meanwhile. On failure nothing is left allocated.
+ */
+static int fm_attach_new_domain(struct fm_attach *a, struct fm_group *group)
+{
+	struct iommu_domain *domain = ERR_PTR(-ENODEV);
+	int ret;
+
+	a->domain = kzalloc(sizeof(*a->domain), GFP_KERNEL);
+	if (!a->domain)
+		return -ENOMEM;
+	INIT_LIST_HEAD(&a->domain->group_list);
+
+	iommu_group_for_each_dev(group->iommu_group, &domain, fm_domain_alloc_one);
+	ret = PTR_ERR_OR_ZERO(domain);
+	if (!ret) {
+		a->domain->domain = domain;
+		ret = iommu_attach_group(domain, group->iommu_group);
+		if (!ret) {
+			a->attached = true;
+			return 0;
+		}
+		iommu_domain_free(domain);
+	}
+	kfree(a->domain);
+	return ret;
+}
+
 /* Is the SW_MSI window of the group's IOMMU ours to map, and where? */
 static bool fm_resv_sw_msi(struct list_head *resv, phys_addr_t *base)
 {
@@ -205,162 +271,153 @@ static bool fm_resv_sw_msi(struct list_head *resv, phys_addr_t *base)
 	return found;
 }
 
-static int fm_domain_alloc_one(struct device *dev, void *data)
+/*
+ * The usable ranges with the group: the new domain's aperture (read once
+ * the group is attached) and the group's reserved regions must leave
+ * every existing mapping where it is. Works on a copy of the list.
+ */
+static int fm_attach_ranges(struct fm_iommu *iommu, struct fm_attach *a,
+			    struct fm_group *group)
 {
-	struct iommu_domain **domain = data;
+	struct iommu_domain_geometry *geo = &a->domain->domain->geometry;
+	int ret;
 
-	*domain = fm_compat_domain_alloc(dev);
-	return 1;	/* any device of the group will do: stop here */
+	if (fm_iova_aperture_conflict(iommu, geo->aperture_start, geo->aperture_end))
+		return -EINVAL;
+	ret = iommu_get_group_resv_regions(group->iommu_group, &a->resv);
+	if (ret)
+		return ret;
+	if (fm_iova_resv_conflict(iommu, &a->resv))
+		return -EINVAL;
+
+	ret = fm_iova_list_copy(iommu, &a->iova);
+	if (!ret)
+		ret = fm_iova_clamp(&a->iova, geo->aperture_start, geo->aperture_end);
+	if (!ret)
+		ret = fm_iova_exclude_resv(&a->iova, &a->resv);
+	if (ret)
+		return ret;
+
+	a->sw_msi = fm_resv_sw_msi(&a->resv, &a->msi_base);
+	return 0;
 }
 
 /*
- * Allocate a domain for the group's IOMMU. Walking the group (under its own
- * lock) keeps the device we ask about from leaving meanwhile.
+ * Move the group, attached alone to the new domain, onto an existing
+ * domain that maps the same way (same IOMMU driver, same no-snoop policy),
+ * so that mappings are programmed once per distinct domain. Returns 1 when
+ * moved (the new domain is then unused), 0 when the group stays on the new
+ * domain, or an errno when it could be attached to neither.
  */
-static struct iommu_domain *fm_group_domain_alloc(struct iommu_group *iommu_group)
-{
-	struct iommu_domain *domain = ERR_PTR(-ENODEV);
-
-	iommu_group_for_each_dev(iommu_group, &domain, fm_domain_alloc_one);
-	return domain;
-}
-
-/*
- * Move @group, attached alone to the new @domain, onto an existing domain
- * that maps the same way (same IOMMU driver, same no-snoop policy).
- * Returns 1 when moved (@domain is then detached and ready to free), 0 when
- * @group stays on @domain, or an errno when it could be attached to neither.
- */
-static int fm_domain_share(struct fm_iommu *iommu, struct fm_domain *domain,
+static int fm_attach_share(struct fm_iommu *iommu, struct fm_attach *a,
 			   struct fm_group *group)
 {
+	struct iommu_domain *mine = a->domain->domain;
 	struct fm_domain *d;
 	int ret;
 
 	list_for_each_entry(d, &iommu->domain_list, next) {
-		if (d->domain->ops != domain->domain->ops ||
-		    d->enforce_cache_coherency != domain->enforce_cache_coherency)
+		if (d->domain->ops != mine->ops ||
+		    d->enforce_cache_coherency != a->domain->enforce_cache_coherency)
 			continue;
 
-		iommu_detach_group(domain->domain, group->iommu_group);
+		iommu_detach_group(mine, group->iommu_group);
+		a->attached = false;
 		if (!iommu_attach_group(d->domain, group->iommu_group)) {
 			list_add(&group->next, &d->group_list);
 			return 1;
 		}
-
-		ret = iommu_attach_group(domain->domain, group->iommu_group);
+		ret = iommu_attach_group(mine, group->iommu_group);
 		if (ret)
 			return ret;
+		a->attached = true;
 	}
 	return 0;
+}
+
+/*
+ * The group stays on the new domain: it must leave the container a
+ * common page size, gets the MSI window mapped, and is filled with every
+ * mapping (fm_replay(), last, as it is the step that maps and pins).
+ */
+static int fm_attach_fill(struct fm_iommu *iommu, struct fm_attach *a)
+{
+	int ret;
+
+	if (!fm_pgsize_bitmap(iommu, a->domain))
+		return -EINVAL;
+	if (a->sw_msi) {
+		ret = iommu_get_msi_cookie(a->domain->domain, a->msi_base);
+		/* -ENODEV: the domain handles MSIs without a cookie. */
+		if (ret && ret != -ENODEV)
+			return ret;
+	}
+	return fm_replay(iommu, a->domain);
+}
+
+/* Undo everything fm_attach_*() prepared; the container never saw it. */
+static void fm_attach_abort(struct fm_attach *a, struct fm_group *group)
+{
+	if (a->attached)
+		iommu_detach_group(a->domain->domain, group->iommu_group);
+	iommu_domain_free(a->domain->domain);
+	fm_iova_list_free(&a->iova);
+	fm_resv_list_free(&a->resv);
+	kfree(a->domain);
 }
 
 /* Attach an IOMMU-backed group; iommu->lock held. */
 static int fm_attach_iommu_group(struct fm_iommu *iommu, struct fm_group *group)
 {
-	struct iommu_domain_geometry *geo;
-	struct fm_domain *domain;
-	phys_addr_t msi_base = 0;
-	LIST_HEAD(resv);
-	LIST_HEAD(iova);
-	bool sw_msi;
+	struct fm_attach a = {
+		.resv = LIST_HEAD_INIT(a.resv),
+		.iova = LIST_HEAD_INIT(a.iova),
+	};
+	struct iommu_domain *domain;
+	int shared;
 	int ret;
 
-	domain = kzalloc(sizeof(*domain), GFP_KERNEL);
-	if (!domain)
-		return -ENOMEM;
-	INIT_LIST_HEAD(&domain->group_list);
-
-	domain->domain = fm_group_domain_alloc(group->iommu_group);
-	if (IS_ERR(domain->domain)) {
-		ret = PTR_ERR(domain->domain);
-		goto out_free;
-	}
-
-	ret = iommu_attach_group(domain->domain, group->iommu_group);
+	ret = fm_attach_new_domain(&a, group);
 	if (ret)
-		goto out_domain_free;
+		return ret;
+	domain = a.domain->domain;
 
-	/* Existing mappings must stay mappable in the new domain. */
-	geo = &domain->domain->geometry;
-	if (fm_iova_aperture_conflict(iommu, geo->aperture_start, geo->aperture_end)) {
-		ret = -EINVAL;
-		goto out_detach;
-	}
-
-	ret = iommu_get_group_resv_regions(group->iommu_group, &resv);
+	ret = fm_attach_ranges(iommu, &a, group);
 	if (ret)
-		goto out_detach;
-
-	if (fm_iova_resv_conflict(iommu, &resv)) {
-		ret = -EINVAL;
-		goto out_detach;
-	}
-
-	/* Work on a copy: the container's list only changes on success. */
-	ret = fm_iova_list_copy(iommu, &iova);
-	if (ret)
-		goto out_detach;
-	ret = fm_iova_clamp(&iova, geo->aperture_start, geo->aperture_end);
-	if (ret)
-		goto out_detach;
-	ret = fm_iova_exclude_resv(&iova, &resv);
-	if (ret)
-		goto out_detach;
-
-	sw_msi = fm_resv_sw_msi(&resv, &msi_base);
+		goto abort;
 
 	if (!READ_ONCE(fm_allow_unsafe_interrupts) &&
 	    !fm_compat_group_msi_isolated(group->iommu_group)) {
 		pr_warn_ratelimited("group %d refused: its MSIs are not isolated (no interrupt remapping), so its devices could inject interrupts; allow_unsafe_interrupts=1 accepts that risk\n",
 				    iommu_group_id(group->iommu_group));
 		ret = -EPERM;
-		goto out_detach;
+		goto abort;
 	}
 
 	/*
 	 * Block no-snoop DMA whenever the IOMMU can: KVM then need not emulate
 	 * WBINVD for the guest (VFIO_DMA_CC_IOMMU).
 	 */
-	if (domain->domain->ops->enforce_cache_coherency)
-		domain->enforce_cache_coherency =
-			domain->domain->ops->enforce_cache_coherency(domain->domain);
+	if (domain->ops->enforce_cache_coherency)
+		a.domain->enforce_cache_coherency = domain->ops->enforce_cache_coherency(domain);
 
-	ret = fm_domain_share(iommu, domain, group);
-	if (ret < 0)
-		goto out_domain_free;
-	if (ret) {
-		iommu_domain_free(domain->domain);
-		kfree(domain);
-		goto commit;
-	}
-
-	if (!fm_pgsize_bitmap(iommu, domain)) {
-		ret = -EINVAL;
-		goto out_detach;
-	}
-
-	/*
-	 * Set up the MSI window before replaying, so that the replay is the
-	 * last step that can fail and needs no undoing here.
-	 */
-	if (sw_msi) {
-		ret = iommu_get_msi_cookie(domain->domain, msi_base);
-		/* -ENODEV: the domain handles MSIs without a cookie. */
-		if (ret && ret != -ENODEV)
-			goto out_detach;
-	}
-
-	ret = fm_replay(iommu, domain);
+	shared = fm_attach_share(iommu, &a, group);
+	ret = shared < 0 ? shared : 0;
+	if (!shared)
+		ret = fm_attach_fill(iommu, &a);
 	if (ret)
-		goto out_detach;
+		goto abort;
 
-	list_add(&group->next, &domain->group_list);
-	list_add(&domain->next, &iommu->domain_list);
-	iommu->pgsize_bitmap = fm_pgsize_bitmap(iommu, NULL);
-commit:
-	fm_iova_list_replace(iommu, &iova);
-	fm_resv_list_free(&resv);
+	if (shared) {
+		iommu_domain_free(domain);
+		kfree(a.domain);
+	} else {
+		list_add(&group->next, &a.domain->group_list);
+		list_add(&a.domain->next, &iommu->domain_list);
+		iommu->pgsize_bitmap = fm_pgsize_bitmap(iommu, NULL);
+	}
+	fm_iova_list_replace(iommu, &a.iova);
+	fm_resv_list_free(&a.resv);
 	/*
 	 * The group's devices can write anywhere they are mapped, unseen by
 	 * dirty tracking, until the group shows it only uses pin_pages.
@@ -368,14 +425,8 @@ commit:
 	iommu->num_non_pinned_groups++;
 	return 0;
 
-out_detach:
-	iommu_detach_group(domain->domain, group->iommu_group);
-out_domain_free:
-	iommu_domain_free(domain->domain);
-out_free:
-	fm_iova_list_free(&iova);
-	fm_resv_list_free(&resv);
-	kfree(domain);
+abort:
+	fm_attach_abort(&a, group);
 	return ret;
 }
 
@@ -423,39 +474,25 @@ out_unlock:
 }
 
 /*
- * The last domain is going: nothing can reach the mappings through an
- * IOMMU any more. Drop them all unless emulated devices still use them, in
- * which case only their externally pinned pages stay pinned and charged.
+ * A group has left. Holding a group is what entitles the container to its
+ * mappings: once no group is left, they go. @last_domain: the group took
+ * the last IOMMU domain with it (still on the list); then emulated groups
+ * keep the mappings, unpinned but for what their devices pin, for
+ * pin_pages to pin on demand.
  */
-static void fm_last_domain_gone(struct fm_iommu *iommu)
+static void fm_group_left(struct fm_iommu *iommu, bool last_domain)
 {
-	if (list_empty(&iommu->emulated_groups)) {
-		/* Emulated devices unregister before their group leaves. */
-		WARN_ON_ONCE(!list_empty(&iommu->device_list));
-		fm_unmap_unpin_all(iommu);
-	} else {
+	bool emulated = fm_has_emulated(iommu);
+
+	if (!last_domain && (emulated || !list_empty(&iommu->domain_list)))
+		return;
+	if (emulated) {
 		fm_unmap_unpin_reaccount(iommu);
+		return;
 	}
-}
-
-/* Detach @group from @domain, freeing the domain if it was the last group. */
-static void fm_detach_from_domain(struct fm_iommu *iommu, struct fm_domain *domain,
-				  struct fm_group *group)
-{
-	iommu_detach_group(domain->domain, group->iommu_group);
-	list_del(&group->next);
-	kfree(group);
-
-	if (list_empty(&domain->group_list)) {
-		if (list_is_singular(&iommu->domain_list))
-			fm_last_domain_gone(iommu);
-		list_del(&domain->next);
-		iommu_domain_free(domain->domain);
-		kfree(domain);
-		iommu->pgsize_bitmap = fm_pgsize_bitmap(iommu, NULL);
-	}
-
-	fm_iova_rebuild(iommu);
+	/* Emulated devices unregister before their group leaves. */
+	WARN_ON_ONCE(!list_empty(&iommu->device_list));
+	fm_unmap_unpin_all(iommu);
 }
 
 void fm_detach_group(void *iommu_data, struct iommu_group *iommu_group)
@@ -463,38 +500,34 @@ void fm_detach_group(void *iommu_data, struct iommu_group *iommu_group)
 	struct fm_iommu *iommu = iommu_data;
 	struct fm_domain *domain;
 	struct fm_group *group;
-	bool was_non_pinned = false;
+	bool dirty_unseen;
 
 	mutex_lock(&iommu->lock);
 
-	list_for_each_entry(group, &iommu->emulated_groups, next) {
-		if (group->iommu_group != iommu_group)
-			continue;
-
-		list_del(&group->next);
-		kfree(group);
-		if (list_empty(&iommu->emulated_groups) && list_empty(&iommu->domain_list)) {
-			WARN_ON_ONCE(!list_empty(&iommu->device_list));
-			fm_unmap_unpin_all(iommu);
-		}
+	group = fm_group_lookup(iommu, iommu_group, &domain);
+	if (!group)
 		goto out_unlock;
-	}
+	/* Always false for an emulated group: it can only pin. */
+	dirty_unseen = !group->pinned_page_dirty_scope;
+	fm_group_free(domain, group);
 
-	list_for_each_entry(domain, &iommu->domain_list, next) {
-		group = fm_domain_find_group(domain, iommu_group);
-		if (!group)
-			continue;
-
-		was_non_pinned = !group->pinned_page_dirty_scope;
-		fm_detach_from_domain(iommu, domain, group);
-		break;
+	if (!domain) {
+		fm_group_left(iommu, false);
+	} else {
+		if (list_empty(&domain->group_list)) {
+			fm_group_left(iommu, list_is_singular(&iommu->domain_list));
+			fm_domain_free(domain);
+			iommu->pgsize_bitmap = fm_pgsize_bitmap(iommu, NULL);
+		}
+		/* The aperture may widen, the group's reserved regions free up. */
+		fm_iova_rebuild(iommu);
 	}
 
 	/*
 	 * The scope may now narrow to pinned pages only; what the departed
 	 * devices wrote is unknown, so report everything dirty once.
 	 */
-	if (was_non_pinned) {
+	if (dirty_unseen) {
 		iommu->num_non_pinned_groups--;
 		if (iommu->dirty_page_tracking)
 			fm_dirty_mark_all(iommu);
@@ -506,7 +539,6 @@ out_unlock:
 
 struct iommu_domain *fm_group_iommu_domain(void *iommu_data, struct iommu_group *iommu_group)
 {
-	struct iommu_domain *ret = ERR_PTR(-ENODEV);
 	struct fm_iommu *iommu = iommu_data;
 	struct fm_domain *domain;
 
@@ -514,15 +546,12 @@ struct iommu_domain *fm_group_iommu_domain(void *iommu_data, struct iommu_group 
 		return ERR_PTR(-EINVAL);
 
 	mutex_lock(&iommu->lock);
-	list_for_each_entry(domain, &iommu->domain_list, next) {
-		if (fm_domain_find_group(domain, iommu_group)) {
-			ret = domain->domain;
-			break;
-		}
-	}
+	if (!fm_group_lookup(iommu, iommu_group, &domain))
+		domain = NULL;
 	mutex_unlock(&iommu->lock);
 
-	return ret;
+	/* An emulated group has no IOMMU domain. */
+	return domain ? domain->domain : ERR_PTR(-ENODEV);
 }
 
 #ifdef FM_HAVE_DRIVER_OPS_NOTIFY

@@ -14,9 +14,9 @@
  * per folio ("folio pins", fm_dma.folio_pins): each run of the record holds
  * exactly one pin on every folio it touches. GUP batches of such a mapping
  * (a folio not yet faulted in, another vma further on) are brought to the
- * same form by dropping the extra pins. pin.c keeps the rule when runs
- * join, unmap.c releases one pin per folio and run, and the record, which
- * gives the runs back, is never dropped for such a mapping.
+ * same form by dropping the extra pins (batch.c). run.c keeps the rule
+ * when runs join, release.c releases one pin per folio and run, and the
+ * record, which gives the runs back, is never dropped for such a mapping.
  *
  * Only folios that are already in the page cache (and not poisoned) are
  * pinned here, under the inode lock that hole punching needs. An absent

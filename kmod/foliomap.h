@@ -5,18 +5,22 @@
  *
  * Internal declarations shared by the module's files. Data flow:
  *
- *   MAP_DMA   -> ioctl.c (argument checks) -> fm_do_map() (pin.c)
+ *   MAP_DMA   -> ioctl.c (argument checks) -> fm_do_map() (map_dma.c)
  *             -> a fm_dma linked in the tree (dma.c)
- *             -> fm_pin_batch(): pin a batch, split it into runs (pin.c)
- *             -> map each run in every domain, charge the batch once
- *   UNMAP_DMA -> ioctl.c -> fm_do_unmap() (unmap.c) -> find mappings
+ *             -> fm_pin_map_dma() (pin.c), batch after batch:
+ *                fill a batch and cut it into runs (batch.c)
+ *             -> charge the batch once (charge.c)
+ *             -> grow the open run, map each run in every domain (run.c)
+ *                and append it to the run record (record.c)
+ *   UNMAP_DMA -> ioctl.c -> fm_do_unmap() (unmap_dma.c) -> find mappings
  *             -> unmap runs from every domain into one IOTLB gather
- *             -> one flush -> release whole runs and uncharge
+ *                (unmap.c)
+ *             -> one flush -> release whole runs and uncharge (release.c)
  *
  * Locking: iommu->lock (a mutex) protects everything reachable from a
  * struct fm_iommu except device_list, which has its own mutex so that the
  * dma_unmap callbacks of emulated-IOMMU devices can run without iommu->lock;
- * device_list_lock comes first when both are taken (external.c). Pinning
+ * device_list_lock comes first when both are taken (devices.c). Pinning
  * takes the owning mm's mmap_lock (read) inside iommu->lock; accounting
  * takes it for write. Nothing takes iommu->lock under mmap_lock.
  */
@@ -216,18 +220,38 @@ int fm_iova_exclude_resv(struct list_head *list, struct list_head *resv);
 void fm_iova_rebuild(struct fm_iommu *iommu);
 void fm_resv_list_free(struct list_head *resv);
 
-/* pin.c: pin, account and map */
-int fm_do_map(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_map *map);
-int fm_lock_acct(struct fm_dma *dma, long npage, bool async);
 /*
- * fm_do_map takes iommu->lock itself. fm_replay is called with iommu->lock
- * held and @domain not yet on domain_list; on failure it leaves nothing
- * mapped in @domain and nothing pinned on its behalf.
+ * The pin pipeline (pin.h has its inside): map_dma.c -> pin.c -> batch.c ->
+ * charge.c -> run.c -> record.c; replay.c. fm_do_map takes iommu->lock
+ * itself. fm_replay is called with iommu->lock held and @domain not yet on
+ * domain_list; on failure it leaves nothing mapped in @domain and nothing
+ * pinned on its behalf.
  */
+int fm_do_map(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_map *map);
 int fm_replay(struct fm_iommu *iommu, struct fm_domain *domain);
-bool fm_pfn_is_invalid_or_reserved(unsigned long pfn);
-/* One pfn of dma->mm for pin_pages; the caller holds a reference on the mm. */
+/* batch.c: one pfn of dma->mm for pin_pages; the caller holds a reference on the mm. */
 int fm_pin_one(struct fm_dma *dma, unsigned long vaddr, unsigned long *pfn);
+/* record.c: the run record. Covers exactly the first @size bytes of @dma? */
+bool fm_rec_covers(struct fm_dma *dma, size_t size);
+void fm_rec_free(struct fm_dma *dma);
+
+/* charge.c: locked memory and its owner */
+struct fm_owner {
+	struct task_struct	*task;		/* its RLIMIT_MEMLOCK */
+	struct mm_struct	*mm;		/* its locked_vm */
+	bool			lock_cap;	/* CAP_IPC_LOCK: no limit */
+};
+
+static inline struct fm_owner fm_dma_owner(const struct fm_dma *dma)
+{
+	return (struct fm_owner){ .task = dma->task, .mm = dma->mm, .lock_cap = dma->lock_cap };
+}
+
+struct fm_owner fm_owner_current(void);
+void fm_dma_set_owner(struct fm_dma *dma, const struct fm_owner *who);
+void fm_dma_put_owner(struct fm_dma *dma);
+int fm_acct(const struct fm_owner *who, long npage, bool get_mm);
+int fm_lock_acct(struct fm_dma *dma, long npage, bool async);
 
 /*
  * filepin.c: shared hugetlbfs pinned by folio. fm_filepin_applies: is
@@ -245,11 +269,12 @@ long fm_filepin(struct mm_struct *mm, unsigned long vaddr, unsigned long npage,
 		unsigned long *first);
 
 /*
- * unmap.c: unmap, flush, then unpin. fm_do_unmap takes iommu->lock itself;
- * fm_unmap_unpin_all/reaccount are called with it held (detach, release).
+ * Unmap: unmap_dma.c -> unmap.c -> release.c. fm_do_unmap takes
+ * iommu->lock itself; the rest is called with it held.
  */
 int fm_do_unmap(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_unmap *unmap,
 		struct vfio_bitmap *bitmap);
+/* unmap.c: out of every domain, flushed, then released */
 void fm_dma_remove(struct fm_iommu *iommu, struct fm_dma *dma);
 /*
  * Empty the first @size bytes of @dma from @domain alone, then unpin them.
@@ -259,17 +284,21 @@ unsigned long fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *dom
 				    size_t size, bool do_accounting);
 void fm_unmap_unpin_all(struct fm_iommu *iommu);
 void fm_unmap_unpin_reaccount(struct fm_iommu *iommu);
-/* The run record: covers exactly the first @size bytes of @dma? */
-bool fm_rec_covers(struct fm_dma *dma, size_t size);
-void fm_rec_free(struct fm_dma *dma);
+/* release.c: unpin runs the IOMMU no longer maps, hand their charge back */
+long fm_release_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
+		    unsigned long npage, long *uncharge, bool vpfns);
 long fm_unpin_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
 		  unsigned long npage, bool do_accounting);
 void fm_unpin_external_page(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
 			    bool do_accounting);
 
-/* external.c: emulated-IOMMU users (vpfn tree, pin_pages, dma_rw) */
+/*
+ * Emulated-IOMMU users: vpfn.c (the pages they pinned), pin_pages.c,
+ * dma_rw.c, devices.c (registration, the dma_unmap callbacks)
+ */
 struct fm_vpfn *fm_vpfn_find(struct fm_dma *dma, dma_addr_t iova);
 unsigned long fm_vpfn_count(struct fm_dma *dma, dma_addr_t iova, unsigned long npage);
+void fm_vpfn_link(struct fm_dma *dma, struct fm_vpfn *new);
 int fm_pin_pages(void *iommu_data, struct iommu_group *group, dma_addr_t user_iova,
 		 int npage, int prot, struct page **pages);
 void fm_unpin_pages(void *iommu_data, dma_addr_t user_iova, int npage);

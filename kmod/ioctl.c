@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * The container uAPI: argument checks and the GET_INFO capability chain.
- * The work is done elsewhere: fm_do_map (pin.c), fm_do_unmap (unmap.c) and
- * the dirty tracking calls (dirty.c), which take iommu->lock themselves.
+ * The work is done elsewhere: fm_do_map (map_dma.c), fm_do_unmap
+ * (unmap_dma.c) and the dirty tracking calls (dirty.c), which take
+ * iommu->lock themselves.
  * Error codes match stock type1 of the same kernel.
  */
 #include <linux/bitops.h>
@@ -58,6 +59,43 @@ static int fm_check_user_bitmap(const struct vfio_bitmap *bitmap, u64 size)
 	return fm_check_bitmap_size(size >> __ffs(bitmap->pgsize), bitmap->size);
 }
 
+/* Every type1 ioctl argument starts so (checked in fm_ioctl()). */
+struct fm_ioctl_head {
+	u32	argsz;
+	u32	flags;
+};
+
+/*
+ * Read the first @minsz bytes of an ioctl argument into @buf (-EFAULT),
+ * then check its head (-EINVAL): argsz must cover them, and flags may hold
+ * no bit outside @mask (U32_MAX for GET_INFO, whose flags are output).
+ * Stock's checks, in stock's order, in one place.
+ */
+static int fm_ioctl_copy_in(void *buf, unsigned long arg, size_t minsz, u32 mask)
+{
+	const struct fm_ioctl_head *head = buf;
+
+	if (copy_from_user(buf, (void __user *)arg, minsz))
+		return -EFAULT;
+	if (head->argsz < minsz || head->flags & ~mask)
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * The struct that some flags append after the first @minsz bytes (the
+ * bitmap of UNMAP_DMA, the range of GET_BITMAP): argsz must cover it.
+ */
+static int fm_ioctl_copy_tail(void *buf, size_t size, unsigned long arg, u32 argsz,
+			      size_t minsz)
+{
+	if (argsz - minsz < size)
+		return -EINVAL;
+	if (copy_from_user(buf, (void __user *)arg + minsz, size))
+		return -EFAULT;
+	return 0;
+}
+
 /*
  * @iommu is NULL when the core asks which driver to pick for a new
  * container. VFIO_TYPE1_NESTING_IOMMU is reported as stock does, but
@@ -94,71 +132,117 @@ static long fm_check_extension(struct fm_iommu *iommu, unsigned long arg)
 	}
 }
 
-static int fm_cap_migration(struct fm_iommu *iommu, struct vfio_info_cap *caps)
+/*
+ * The GET_INFO capability chain, one entry per capability: its id, its
+ * size now (0: left out) and how to fill it in, all under iommu->lock.
+ * vfio_info_cap_add() hands out the space zeroed and with the header set.
+ * The table's order is the chain's order, the one stock 6.1 and 6.12
+ * build: users see the bytes (t_fuzz compares them with stock's).
+ */
+struct fm_info_cap {
+	u16	id;
+	size_t	(*size)(struct fm_iommu *iommu);
+	void	(*fill)(struct fm_iommu *iommu, struct vfio_info_cap_header *header);
+};
+
+static size_t fm_cap_migration_size(struct fm_iommu *iommu)
 {
-	struct vfio_iommu_type1_info_cap_migration *cap;
-	struct vfio_info_cap_header *header;
+	return sizeof(struct vfio_iommu_type1_info_cap_migration);
+}
 
-	header = vfio_info_cap_add(caps, sizeof(*cap), VFIO_IOMMU_TYPE1_INFO_CAP_MIGRATION, 1);
-	if (IS_ERR(header))
-		return PTR_ERR(header);
+static void fm_cap_migration_fill(struct fm_iommu *iommu, struct vfio_info_cap_header *header)
+{
+	struct vfio_iommu_type1_info_cap_migration *cap =
+		container_of(header, struct vfio_iommu_type1_info_cap_migration, header);
 
-	cap = container_of(header, struct vfio_iommu_type1_info_cap_migration, header);
-	cap->flags = 0;
-	/* Dirty bits are kept at the smallest page size only. */
+	/* Dirty bits are kept at the smallest page size only; no flags. */
 	cap->pgsize_bitmap = (u64)1 << __ffs(iommu->pgsize_bitmap);
 	cap->max_dirty_bitmap_size = FM_DIRTY_BITMAP_SIZE_MAX;
-	return 0;
 }
 
-static int fm_cap_dma_avail(struct fm_iommu *iommu, struct vfio_info_cap *caps)
+static size_t fm_cap_dma_avail_size(struct fm_iommu *iommu)
 {
-	struct vfio_iommu_type1_info_dma_avail *cap;
-	struct vfio_info_cap_header *header;
-
-	header = vfio_info_cap_add(caps, sizeof(*cap), VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL, 1);
-	if (IS_ERR(header))
-		return PTR_ERR(header);
-
-	cap = container_of(header, struct vfio_iommu_type1_info_dma_avail, header);
-	cap->avail = iommu->dma_avail;
-	return 0;
+	return sizeof(struct vfio_iommu_type1_info_dma_avail);
 }
 
-/* No capability while the list is empty (emulated groups only), as stock. */
-static int fm_cap_iova_ranges(struct fm_iommu *iommu, struct vfio_info_cap *caps)
+static void fm_cap_dma_avail_fill(struct fm_iommu *iommu, struct vfio_info_cap_header *header)
+{
+	container_of(header, struct vfio_iommu_type1_info_dma_avail, header)->avail =
+		iommu->dma_avail;
+}
+
+/* None while the list is empty (emulated groups only), as stock. */
+static size_t fm_cap_iova_ranges_size(struct fm_iommu *iommu)
 {
 	struct vfio_iommu_type1_info_cap_iova_range *cap;
-	struct vfio_info_cap_header *header;
+	size_t n = list_count_nodes(&iommu->iova_list);
+
+	return n ? struct_size(cap, iova_ranges, n) : 0;
+}
+
+static void fm_cap_iova_ranges_fill(struct fm_iommu *iommu, struct vfio_info_cap_header *header)
+{
+	struct vfio_iommu_type1_info_cap_iova_range *cap =
+		container_of(header, struct vfio_iommu_type1_info_cap_iova_range, header);
 	struct fm_iova_range *range;
-	u32 n = 0;
 
-	list_for_each_entry(range, &iommu->iova_list, list)
-		n++;
-	if (!n)
-		return 0;
-
-	header = vfio_info_cap_add(caps, struct_size(cap, iova_ranges, n),
-				   VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE, 1);
-	if (IS_ERR(header))
-		return PTR_ERR(header);
-
-	cap = container_of(header, struct vfio_iommu_type1_info_cap_iova_range, header);
-	cap->nr_iovas = n;
-	n = 0;
 	list_for_each_entry(range, &iommu->iova_list, list) {
-		cap->iova_ranges[n].start = range->start;
-		cap->iova_ranges[n].end = range->end;
-		n++;
+		cap->iova_ranges[cap->nr_iovas].start = range->start;
+		cap->iova_ranges[cap->nr_iovas].end = range->end;
+		cap->nr_iovas++;
+	}
+}
+
+static const struct fm_info_cap fm_info_caps[] = {
+	{ VFIO_IOMMU_TYPE1_INFO_CAP_MIGRATION, fm_cap_migration_size, fm_cap_migration_fill },
+	{ VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL, fm_cap_dma_avail_size, fm_cap_dma_avail_fill },
+	{ VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE, fm_cap_iova_ranges_size,
+	  fm_cap_iova_ranges_fill },
+};
+
+/* Build the chain; iommu->lock held. */
+static int fm_info_caps_build(struct fm_iommu *iommu, struct vfio_info_cap *caps)
+{
+	const struct fm_info_cap *c;
+
+	for (c = fm_info_caps; c < fm_info_caps + ARRAY_SIZE(fm_info_caps); c++) {
+		struct vfio_info_cap_header *header;
+		size_t size = c->size(iommu);
+
+		if (!size)
+			continue;
+		header = vfio_info_cap_add(caps, size, c->id, 1);
+		if (IS_ERR(header))
+			return PTR_ERR(header);
+		c->fill(iommu, header);
 	}
 	return 0;
 }
 
 /*
- * The capability chain follows the fixed struct. When argsz is too small
- * for it, only argsz is raised to the size needed (cap_offset stays 0) so
- * that the caller can retry with a bigger buffer.
+ * The chain goes right after the fixed struct when the user's buffer
+ * (argsz) holds both. Otherwise only argsz is raised to the size needed
+ * (cap_offset stays 0), so that the caller can retry with a bigger buffer.
  */
+static int fm_info_put_caps(void __user *arg, struct vfio_iommu_type1_info *info,
+			    struct vfio_info_cap *caps)
+{
+	size_t need = sizeof(*info) + caps->size;
+
+	if (!caps->size)
+		return 0;
+	info->flags |= VFIO_IOMMU_INFO_CAPS;
+	if (info->argsz < need) {
+		info->argsz = need;
+		return 0;
+	}
+	vfio_info_cap_shift(caps, sizeof(*info));
+	if (copy_to_user(arg + sizeof(*info), caps->buf, caps->size))
+		return -EFAULT;
+	info->cap_offset = sizeof(*info);
+	return 0;
+}
+
 static long fm_ioctl_get_info(struct fm_iommu *iommu, unsigned long arg)
 {
 	unsigned long minsz = offsetofend(struct vfio_iommu_type1_info, iova_pgsizes);
@@ -167,42 +251,22 @@ static long fm_ioctl_get_info(struct fm_iommu *iommu, unsigned long arg)
 	size_t outsz;
 	int ret;
 
-	if (copy_from_user(&info, (void __user *)arg, minsz))
-		return -EFAULT;
-	if (info.argsz < minsz)
-		return -EINVAL;
+	ret = fm_ioctl_copy_in(&info, arg, minsz, U32_MAX);
+	if (ret)
+		return ret;
 	/* Written back: as much of the struct as stock writes (compat.h). */
 	outsz = fm_compat_info_outsz(info.argsz);
 
 	mutex_lock(&iommu->lock);
 	info.flags = VFIO_IOMMU_INFO_PGSIZES;
 	info.iova_pgsizes = iommu->pgsize_bitmap;
-	ret = fm_cap_migration(iommu, &caps);
-	if (!ret)
-		ret = fm_cap_dma_avail(iommu, &caps);
-	if (!ret)
-		ret = fm_cap_iova_ranges(iommu, &caps);
+	ret = fm_info_caps_build(iommu, &caps);
 	mutex_unlock(&iommu->lock);
-	if (ret)
-		goto out_free;
 
-	if (caps.size) {
-		info.flags |= VFIO_IOMMU_INFO_CAPS;
-		if (info.argsz < sizeof(info) + caps.size) {
-			info.argsz = sizeof(info) + caps.size;
-		} else {
-			vfio_info_cap_shift(&caps, sizeof(info));
-			if (copy_to_user((void __user *)arg + sizeof(info), caps.buf, caps.size)) {
-				ret = -EFAULT;
-				goto out_free;
-			}
-			info.cap_offset = sizeof(info);
-		}
-	}
-
-	if (copy_to_user((void __user *)arg, &info, outsz))
+	if (!ret)
+		ret = fm_info_put_caps((void __user *)arg, &info, &caps);
+	if (!ret && copy_to_user((void __user *)arg, &info, outsz))
 		ret = -EFAULT;
-out_free:
 	kfree(caps.buf);
 	return ret;
 }
@@ -212,13 +276,10 @@ static long fm_ioctl_map_dma(struct fm_iommu *iommu, unsigned long arg)
 	unsigned long minsz = offsetofend(struct vfio_iommu_type1_dma_map, size);
 	u32 mask = VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE | VFIO_DMA_MAP_FLAG_VADDR;
 	struct vfio_iommu_type1_dma_map map;
+	int ret;
 
-	if (copy_from_user(&map, (void __user *)arg, minsz))
-		return -EFAULT;
-	if (map.argsz < minsz || map.flags & ~mask)
-		return -EINVAL;
-
-	return fm_do_map(iommu, &map);
+	ret = fm_ioctl_copy_in(&map, arg, minsz, mask);
+	return ret ? ret : fm_do_map(iommu, &map);
 }
 
 /*
@@ -236,19 +297,16 @@ static long fm_ioctl_unmap_dma(struct fm_iommu *iommu, unsigned long arg)
 	struct vfio_bitmap bitmap = {};
 	int ret;
 
-	if (copy_from_user(&unmap, (void __user *)arg, minsz))
-		return -EFAULT;
-	if (unmap.argsz < minsz || unmap.flags & ~mask)
-		return -EINVAL;
+	ret = fm_ioctl_copy_in(&unmap, arg, minsz, mask);
+	if (ret)
+		return ret;
 
 	if (unmap.flags & VFIO_DMA_UNMAP_FLAG_GET_DIRTY_BITMAP) {
 		if (unmap.flags & (VFIO_DMA_UNMAP_FLAG_ALL | VFIO_DMA_UNMAP_FLAG_VADDR))
 			return -EINVAL;
-		if (unmap.argsz < minsz + sizeof(bitmap))
-			return -EINVAL;
-		if (copy_from_user(&bitmap, (void __user *)arg + minsz, sizeof(bitmap)))
-			return -EFAULT;
-		ret = fm_check_user_bitmap(&bitmap, unmap.size);
+		ret = fm_ioctl_copy_tail(&bitmap, sizeof(bitmap), arg, unmap.argsz, minsz);
+		if (!ret)
+			ret = fm_check_user_bitmap(&bitmap, unmap.size);
 		if (ret)
 			return ret;
 	}
@@ -270,10 +328,9 @@ static long fm_dirty_pages_get(struct fm_iommu *iommu, unsigned long arg,
 	size_t pgsize;
 	int ret;
 
-	if (dirty->argsz - minsz < sizeof(range))
-		return -EINVAL;
-	if (copy_from_user(&range, (void __user *)arg + minsz, sizeof(range)))
-		return -EFAULT;
+	ret = fm_ioctl_copy_tail(&range, sizeof(range), arg, dirty->argsz, minsz);
+	if (ret)
+		return ret;
 	/* As for MAP and UNMAP, a range may end at the last address, not wrap. */
 	if (range.size && range.iova + range.size - 1 < range.iova)
 		return -EOVERFLOW;
@@ -297,15 +354,15 @@ static long fm_ioctl_dirty_pages(struct fm_iommu *iommu, unsigned long arg)
 	u32 mask = VFIO_IOMMU_DIRTY_PAGES_FLAG_START | VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP |
 		   VFIO_IOMMU_DIRTY_PAGES_FLAG_GET_BITMAP;
 	struct vfio_iommu_type1_dirty_bitmap dirty;
+	int ret;
 
 	/* v1 may coalesce mappings, so it cannot tell what a range held. */
 	if (!iommu->v2)
 		return -EACCES;
 
-	if (copy_from_user(&dirty, (void __user *)arg, minsz))
-		return -EFAULT;
-	if (dirty.argsz < minsz || dirty.flags & ~mask)
-		return -EINVAL;
+	ret = fm_ioctl_copy_in(&dirty, arg, minsz, mask);
+	if (ret)
+		return ret;
 	if (hweight32(dirty.flags) != 1)
 		return -EINVAL;
 
@@ -323,6 +380,12 @@ static long fm_ioctl_dirty_pages(struct fm_iommu *iommu, unsigned long arg)
 long fm_ioctl(void *iommu_data, unsigned int cmd, unsigned long arg)
 {
 	struct fm_iommu *iommu = iommu_data;
+
+	/* fm_ioctl_copy_in() reads every argument's head as a struct fm_ioctl_head. */
+	BUILD_BUG_ON(offsetof(struct vfio_iommu_type1_info, flags) != 4 ||
+		     offsetof(struct vfio_iommu_type1_dma_map, flags) != 4 ||
+		     offsetof(struct vfio_iommu_type1_dma_unmap, flags) != 4 ||
+		     offsetof(struct vfio_iommu_type1_dirty_bitmap, flags) != 4);
 
 	switch (cmd) {
 	case VFIO_CHECK_EXTENSION:

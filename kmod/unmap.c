@@ -1,7 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * The unmap pipeline: take a mapping out of every IOMMU domain, flush the
- * IOTLB, and only then release the pages, whole runs at a time.
+ * Unmap: take a mapping out of every IOMMU domain, flush the IOTLB, and
+ * only then release the pages, whole runs at a time (release.c). The
+ * callers: UNMAP_DMA (unmap_dma.c), a failed MAP_DMA, the last group
+ * leaving and the container's release (container.c), replay's undo.
+ *
+ * With a run record (record.c) covering the mapping, the first domain is
+ * emptied one stretch of runs per iommu_unmap_fast() and flush, with no
+ * page-table lookup (fm_unmap_unpin_rec()). Without one:
  *
  * The IOMMU is the record of which pfns back a mapping. Domains other than
  * the first are emptied with iommu_unmap(), which flushes before it
@@ -55,113 +61,6 @@ struct fm_unmapper {
 	bool				lost;		/* the IOMMU kept a pending page */
 	unsigned long			nr_runs;	/* runs recorded in all */
 };
-
-/*
- * unpin_user_page_range_dirty_lock() takes an unsigned long count, but
- * gup_folio_range_next() (6.1 and 6.12) clamps each large folio's share to
- * an unsigned int of what is left: with 2^32 pages or more left at a large
- * folio (16 TiB of physically contiguous 1G pages is one run) that share
- * becomes 0 and the loop never ends. Release such runs in pieces.
- */
-#define FM_UNPIN_RANGE_MAX	BIT(30)	/* pages */
-
-static void fm_unpin_range_dirty(struct page *page, unsigned long npage, bool dirty)
-{
-	while (npage) {
-		unsigned long n = min(npage, FM_UNPIN_RANGE_MAX);
-
-		unpin_user_page_range_dirty_lock(page, n, dirty);
-		page = nth_page(page, n);
-		npage -= n;
-	}
-}
-
-/*
- * Unpin one physically contiguous run. Adds to @uncharge the pages whose
- * charge is released: those unpinned, less the externally pinned ones,
- * which stay charged for as long as their external pin lives (@vpfns:
- * the range may hold some). Returns the number of charged pages unpinned.
- */
-static long fm_release_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
-			   unsigned long npage, long *uncharge, bool vpfns)
-{
-	bool dirty = dma->prot & IOMMU_WRITE;
-	long unpinned = 0, external = 0;
-	unsigned long i;
-
-	/* The common case: one call, one refcount drop per folio. */
-	if (!dma->has_rsvd && !dma->folio_pins) {
-		fm_unpin_range_dirty(pfn_to_page(pfn), npage, dirty);
-		*uncharge += npage - (vpfns ? fm_vpfn_count(dma, iova, npage) : 0);
-		return npage;
-	}
-
-	/*
-	 * Folio by folio. Pfns without a struct page (MMIO: only a VM_PFNMAP
-	 * lookup gives them, and pins nothing) are skipped a validity block
-	 * at a time. Reserved and PFNMAP pfns were not charged; the reserved
-	 * test answers for the folio, as it did when the folio was charged.
-	 */
-	i = 0;
-	while (i < npage) {
-		unsigned long n = fm_invalid_pfns(pfn + i, npage - i);
-		struct page *page;
-		unsigned long pins;
-
-		if (n) {
-			i += n;
-			continue;
-		}
-		page = pfn_to_page(pfn + i);
-		n = fm_folio_segment(pfn + i, npage - i);
-		/* The run holds one pin per page, or per folio (filepin.c). */
-		pins = dma->folio_pins ? 1 : n;
-		if (PageReserved(page)) {
-			/*
-			 * GUP pins a reserved page like any other (the zero
-			 * page aside, whose unpin is a no-op), a VM_PFNMAP
-			 * lookup does not, and the two cannot be told apart
-			 * here: with PFNMAP pfns in the mapping a reserved page
-			 * is left alone. It is not dirtied, nor was it charged.
-			 */
-			if (!dma->has_pfnmap)
-				unpin_user_page_range_dirty_lock(page, pins, false);
-		} else {
-			unpin_user_page_range_dirty_lock(page, pins, dirty);
-			unpinned += n;
-			if (vpfns)
-				external += fm_vpfn_count(dma, iova + (i << PAGE_SHIFT), n);
-		}
-		i += n;
-	}
-	*uncharge += unpinned - external;
-	return unpinned;
-}
-
-long fm_unpin_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
-		  unsigned long npage, bool do_accounting)
-{
-	long uncharge = 0;
-	long unpinned = fm_release_run(dma, iova, pfn, npage, &uncharge, true);
-
-	if (do_accounting)
-		fm_lock_acct(dma, -uncharge, true);
-	return unpinned;
-}
-
-/*
- * The external pin of the page at @iova, already out of the vpfn tree (so
- * nothing there to count), released as one run.
- */
-void fm_unpin_external_page(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
-			    bool do_accounting)
-{
-	long uncharge = 0;
-
-	fm_release_run(dma, iova, pfn, 1, &uncharge, false);
-	if (do_accounting)
-		fm_lock_acct(dma, -uncharge, true);
-}
 
 /* Remove the pending 4K leaves from the domain, in one call. */
 static void fm_unmapper_unmap_pending(struct fm_unmapper *u)
@@ -421,8 +320,7 @@ void fm_dma_remove(struct fm_iommu *iommu, struct fm_dma *dma)
 
 	fm_unmap_unpin(iommu, dma, true);
 	fm_dma_unlink(iommu, dma);
-	put_task_struct(dma->task);
-	mmdrop(dma->mm);
+	fm_dma_put_owner(dma);
 	fm_dirty_bitmap_free(dma);
 	fm_rec_free(dma);
 	if (dma->vaddr_invalid)
@@ -450,164 +348,4 @@ void fm_unmap_unpin_reaccount(struct fm_iommu *iommu)
 
 	for (n = rb_first(&iommu->dma_tree); n; n = rb_next(n))
 		fm_unmap_unpin(iommu, rb_entry(n, struct fm_dma, node), true);
-}
-
-/* The first mapping an unmap request acts on. */
-static struct rb_node *fm_unmap_first(struct fm_iommu *iommu, dma_addr_t iova,
-				      u64 size, bool all)
-{
-	struct rb_node *n = fm_dma_find_first_node(iommu, iova, all ? 0 : size);
-
-	/*
-	 * v1 compatibility: a request that starts inside a mapping unmaps
-	 * nothing and succeeds with size 0.
-	 */
-	if (n && !iommu->v2 && rb_entry(n, struct fm_dma, node)->iova < iova)
-		return NULL;
-	return n;
-}
-
-static struct fm_dma *fm_unmap_next(struct rb_node *n, dma_addr_t last)
-{
-	struct fm_dma *dma = n ? rb_entry(n, struct fm_dma, node) : NULL;
-
-	return dma && dma->iova <= last ? dma : NULL;
-}
-
-/*
- * VFIO_DMA_UNMAP_FLAG_VADDR: the mappings stay in the IOMMU, but nothing may
- * be pinned through their vaddr until MAP_DMA gives a new one. All or
- * nothing: meeting an already invalid mapping undoes this call's work.
- */
-static int fm_invalidate_vaddr(struct fm_iommu *iommu, struct rb_node *first,
-			       dma_addr_t last, size_t *done)
-{
-	struct fm_dma *dma, *undo;
-	struct rb_node *n;
-
-	for (n = first; (dma = fm_unmap_next(n, last)); n = rb_next(n)) {
-		if (dma->vaddr_invalid)
-			goto undo;
-		dma->vaddr_invalid = true;
-		iommu->vaddr_invalid_count++;
-		*done += dma->size;
-	}
-	return 0;
-
-undo:
-	for (n = first; (undo = rb_entry(n, struct fm_dma, node)) != dma; n = rb_next(n)) {
-		undo->vaddr_invalid = false;
-		iommu->vaddr_invalid_count--;
-	}
-	*done = 0;
-	return -EINVAL;
-}
-
-/* How often one mapping's external pins may survive a dma_unmap callback. */
-#define FM_NOTIFY_RETRIES	10
-
-int fm_do_unmap(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_unmap *unmap,
-		struct vfio_bitmap *bitmap)
-{
-	bool all = unmap->flags & VFIO_DMA_UNMAP_FLAG_ALL;
-	bool invalidate = unmap->flags & VFIO_DMA_UNMAP_FLAG_VADDR;
-	bool report = unmap->flags & VFIO_DMA_UNMAP_FLAG_GET_DIRTY_BITMAP;
-	struct fm_dma *dma, *notified = NULL;
-	dma_addr_t iova = unmap->iova, last;
-	u64 size = unmap->size;
-	struct rb_node *n, *first;
-	size_t unmapped = 0;
-	unsigned int retries = 0;
-	size_t pgsize;
-	int ret = -EINVAL;
-
-	mutex_lock(&iommu->lock);
-
-	/*
-	 * fm_notify_dma_unmap() drops iommu->lock: everything checked under
-	 * it, dirty tracking and the page size included, is checked again.
-	 */
-again:
-	ret = -EINVAL;
-
-	/* Emulated devices would pin through the vaddr at any time. */
-	if (invalidate && !list_empty(&iommu->emulated_groups)) {
-		ret = -EBUSY;
-		goto out;
-	}
-
-	pgsize = (size_t)1 << __ffs(iommu->pgsize_bitmap);
-	if (iova & (pgsize - 1))
-		goto out;
-	if (all) {
-		if (iova || size)
-			goto out;
-		last = (dma_addr_t)-1;
-	} else {
-		if (!size || size & (pgsize - 1))
-			goto out;
-		/* As upstream since 6.18: a wrapping range is an overflow. */
-		ret = -EOVERFLOW;
-		if (iova + size - 1 < iova)
-			goto out;
-		ret = -EINVAL;
-		last = iova + size - 1;
-	}
-	/* Dirty bits are kept at the smallest page size only. */
-	if (report && (!iommu->dirty_page_tracking || bitmap->pgsize != pgsize))
-		goto out;
-
-	/* v2 never splits a mapping: the range must start and end on edges. */
-	if (iommu->v2 && !all && fm_dma_range_splits(iommu, iova, last))
-		goto out;
-
-	ret = 0;
-	first = fm_unmap_first(iommu, iova, size, all);
-	if (invalidate) {
-		ret = fm_invalidate_vaddr(iommu, first, last, &unmapped);
-		goto out;
-	}
-
-	/*
-	 * Emulated devices drop their pins on request; the callback runs
-	 * without iommu->lock, so everything is looked up again afterwards.
-	 */
-	for (n = first; (dma = fm_unmap_next(n, last)); n = rb_next(n)) {
-		if (RB_EMPTY_ROOT(&dma->pfn_list))
-			continue;
-		if (dma != notified) {
-			notified = dma;
-			retries = 0;
-		} else if (++retries > FM_NOTIFY_RETRIES) {
-			ret = -EBUSY;
-			goto out;
-		}
-		fm_notify_dma_unmap(iommu, dma->iova, dma->size);
-		goto again;
-	}
-
-	/*
-	 * The range is settled and the lock held: report, then remove. The
-	 * report changes nothing; should any of it fail to reach the user,
-	 * every mapping stays, with its dirty bits, for a retry.
-	 */
-	if (report) {
-		ret = fm_dirty_report_range(iommu, iova, last - iova + 1, pgsize,
-					    bitmap->data);
-		if (ret)
-			goto out;
-	}
-
-	n = first;
-	while ((dma = fm_unmap_next(n, last))) {
-		n = rb_next(n);
-		unmapped += dma->size;
-		fm_dma_remove(iommu, dma);
-	}
-	if (unmapped)
-		iommu->stats.unmap_calls++;
-out:
-	mutex_unlock(&iommu->lock);
-	unmap->size = unmapped;
-	return ret;
 }

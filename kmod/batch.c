@@ -1,0 +1,437 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Batches: the first step of the pin pipeline (pin.h). One mmap_read_lock
+ * round trip fills a batch of up to FM_BATCH_PAGES pages at a vaddr and
+ * cuts it into physically contiguous runs in the same pass:
+ *
+ *   GUP-fast   the present pages of the caller's own mm, confirmed against
+ *              the vmas under the lock (fm_batch_pin_fast() and friends);
+ *   filepin    shared hugetlbfs, one pin per folio (filepin.c);
+ *   GUP        the locked pin_user_pages_remote() walk pins the rest, the
+ *              way stock pins (fm_batch_fill_locked());
+ *   PFNMAP     device memory, looked up one leaf entry at a time
+ *              (fm_fill_pfnmap()), pinned by nobody.
+ *
+ * What the batch holds next is charge.c's, then run.c's.
+ */
+#include <linux/sched/signal.h>
+#include <linux/sizes.h>
+#include <linux/slab.h>
+
+#include "pin.h"
+
+/*
+ * GUP-fast and its confirmation under mmap_lock cost more than the locked
+ * walk for a page or two, less from about this many pages on.
+ */
+#define FM_FAST_MIN_PAGES	8
+/* PFNMAP lookups per batch: at most this many pages under one mmap_lock. */
+#define FM_PFNMAP_PAGES	(SZ_1G >> PAGE_SHIFT)
+/* Pages per memfd_pin_folios() batch, charged at once. */
+#define FM_FILEPIN_PAGES	(SZ_1G >> PAGE_SHIFT)
+
+static void fm_batch_reset(struct fm_batch *b)
+{
+	b->pfnmap = false;
+	b->size = 0;
+	b->nr_runs = 0;
+}
+
+/* A batch sized for a dma of @npage pages: no bigger than it needs. */
+void fm_batch_init(struct fm_batch *b, unsigned long npage)
+{
+	unsigned long want = min_t(unsigned long, npage, FM_BATCH_PAGES);
+
+	fm_batch_reset(b);
+	b->pages = b->inline_pages;
+	b->runs = b->inline_runs;
+	b->capacity = FM_BATCH_INLINE;
+	if (want <= FM_BATCH_INLINE)
+		return;
+
+	b->pages = kmalloc_array(want, sizeof(*b->pages), GFP_KERNEL | __GFP_NOWARN);
+	b->runs = kmalloc_array(want, sizeof(*b->runs), GFP_KERNEL | __GFP_NOWARN);
+	if (b->pages && b->runs) {
+		b->capacity = want;
+		return;
+	}
+	kfree(b->pages);
+	kfree(b->runs);
+	b->pages = b->inline_pages;
+	b->runs = b->inline_runs;
+}
+
+void fm_batch_fini(struct fm_batch *b)
+{
+	if (b->pages != b->inline_pages) {
+		kfree(b->pages);
+		kfree(b->runs);
+	}
+}
+
+/* Append @npage pfns from @pfn, merging with the last run when contiguous. */
+static void fm_batch_add(struct fm_batch *b, unsigned long pfn, unsigned long npage)
+{
+	struct fm_run *last = b->nr_runs ? &b->runs[b->nr_runs - 1] : NULL;
+
+	if (last && last->pfn + last->npage == pfn)
+		last->npage += npage;
+	else
+		b->runs[b->nr_runs++] = (struct fm_run){ .pfn = pfn, .npage = npage };
+	b->size += npage;
+}
+
+/*
+ * The one pass over GUP's output: consecutive page pointers whose pfns
+ * follow each other become one run.
+ */
+static void fm_batch_pages_to_runs(struct fm_batch *b, unsigned long n)
+{
+	unsigned long i = 0;
+
+	while (i < n) {
+		unsigned long pfn = page_to_pfn(b->pages[i]), len = 1;
+
+		while (i + len < n && b->pages[i + len] == b->pages[i] + len)
+			len++;
+		fm_batch_add(b, pfn, len);
+		i += len;
+	}
+}
+
+/*
+ * memfd_pin_folios() output: @nr folios covering @npage pages from page
+ * @first of the first folio. Each folio is pinned once, and a folio holds
+ * one run segment, so the batch is already one pin per folio and run.
+ */
+static void fm_batch_folios_to_runs(struct fm_batch *b, long nr, unsigned long first,
+				    unsigned long npage)
+{
+	long i;
+
+	for (i = 0; i < nr && b->size < npage; i++) {
+		struct folio *folio = b->folios[i];
+		unsigned long skip = i ? 0 : first;
+
+		fm_batch_add(b, folio_pfn(folio) + skip,
+			     min(folio_nr_pages(folio) - skip, npage - b->size));
+	}
+	/* Only folios inside the range were asked for; never more. */
+	for (; i < nr; i++)
+		unpin_user_page(&b->folios[i]->page);
+}
+
+/*
+ * For a mapping with folio pins: GUP pinned every page, keep one pin per
+ * folio segment of each run (the dirty bit is set when the last goes).
+ */
+static void fm_batch_one_pin_per_folio(struct fm_batch *b)
+{
+	unsigned long r;
+
+	for (r = 0; r < b->nr_runs; r++) {
+		unsigned long pfn = b->runs[r].pfn, left = b->runs[r].npage;
+
+		while (left) {
+			unsigned long len = fm_folio_segment(pfn, left);
+
+			if (len > 1)
+				unpin_user_page_range_dirty_lock(pfn_to_page(pfn + 1), len - 1,
+								 false);
+			pfn += len;
+			left -= len;
+		}
+	}
+}
+
+/*
+ * The pfn behind @addr of a VM_PFNMAP vma, faulting the entry in if
+ * needed, and in @npage how many pages from there one leaf entry maps
+ * contiguously (1 for a pte, the rest of the PMD block for a huge entry).
+ * -EAGAIN: the fault dropped mmap_lock, the vma must be looked up again.
+ */
+static int fm_follow_pfn(struct vm_area_struct *vma, unsigned long addr,
+			 bool write, unsigned long *pfn, unsigned long *npage)
+{
+	bool writable;
+	int ret;
+
+	if (fm_compat_follow_pfnmap(vma, addr, pfn, &writable, npage)) {
+		unsigned int flags = FAULT_FLAG_REMOTE | (write ? FAULT_FLAG_WRITE : 0);
+		bool unlocked = false;
+
+		ret = fixup_user_fault(vma->vm_mm, addr, flags, &unlocked);
+		if (unlocked)
+			return -EAGAIN;
+		if (ret)
+			return ret;
+		ret = fm_compat_follow_pfnmap(vma, addr, pfn, &writable, npage);
+		if (ret)
+			return ret;
+	}
+
+	return write && !writable ? -EFAULT : 0;
+}
+
+/*
+ * GUP refuses VM_PFNMAP memory (device BARs): look such pfns up instead,
+ * under the caller's single mmap_read_lock, one leaf entry at a time: a
+ * huge (PMD/PUD) entry of a BAR gives up to 512 pages per lookup. Only
+ * memory that is not an ordinary page is accepted. The lock is dropped and
+ * taken again when the CPU is wanted elsewhere. Returns the number of
+ * pages found, 0 if @vaddr is not in a VM_PFNMAP vma (or on a fatal
+ * signal before any), or -errno.
+ */
+static long fm_fill_pfnmap(struct fm_batch *b, struct mm_struct *mm,
+			   unsigned long vaddr, unsigned long npage, bool write)
+{
+	unsigned long addr = fm_compat_untagged_addr(mm, vaddr);
+	struct vm_area_struct *vma = NULL;
+	int ret = 0;
+
+	b->pfnmap = true;
+	npage = min_t(unsigned long, npage, FM_PFNMAP_PAGES);
+	while (b->size < npage) {
+		unsigned long pfn, n, ok;
+
+		/* A GiB of 4K entries is 262144 lookups: let others in between. */
+		if (fatal_signal_pending(current))
+			break;
+		if (need_resched()) {
+			mmap_read_unlock(mm);
+			cond_resched();
+			mmap_read_lock(mm);
+			vma = NULL;
+		}
+		if (!vma || addr >= vma->vm_end) {
+			if (b->nr_runs == b->capacity)
+				break;
+			vma = vma_lookup(mm, addr);
+			if (!vma || !(vma->vm_flags & VM_PFNMAP))
+				break;
+		}
+		ret = fm_follow_pfn(vma, addr, write, &pfn, &n);
+		if (ret == -EAGAIN) {
+			/* mmap_lock was dropped: look the vma up again. */
+			ret = 0;
+			vma = NULL;
+			continue;
+		}
+		if (ret)
+			break;
+		/* The leaf lies inside the vma; stay inside the request too. */
+		n = min3(n, npage - b->size, (vma->vm_end - addr) >> PAGE_SHIFT);
+		ok = fm_invalid_pfns(pfn, n);
+		if (!ok) {
+			/* A struct page: accept it only if reserved, one at a time. */
+			if (!PageReserved(pfn_to_page(pfn))) {
+				ret = -EFAULT;
+				break;
+			}
+			ok = 1;
+		}
+		if (b->nr_runs == b->capacity &&
+		    b->runs[b->nr_runs - 1].pfn + b->runs[b->nr_runs - 1].npage != pfn)
+			break;
+		fm_batch_add(b, pfn, ok);
+		addr += ok << PAGE_SHIFT;
+	}
+	return b->size ? b->size : ret;
+}
+
+static unsigned int fm_gup_flags(int prot)
+{
+	return FOLL_LONGTERM | ((prot & IOMMU_WRITE) ? FOLL_WRITE : 0);
+}
+
+/*
+ * Fill @b from up to @npage pages at @vaddr of @mm, with mmap_read_lock of
+ * @mm held (fm_fill_pfnmap() may drop and retake it). Pages are pinned the
+ * way stock type1 pins them: FOLL_LONGTERM (migrated out of ZONE_MOVABLE
+ * and CMA first), only from @mm, by the locked GUP walk, which checks
+ * every vma under this lock (VM_IO and VM_PFNMAP refused, access rights,
+ * secretmem, protection keys) and may not drop it, so that a userfaultfd
+ * range nobody serves fails at once (SIGBUS, -EFAULT) instead of waiting.
+ * Returns the number of pages (> 0) or -errno, with nothing pinned.
+ */
+static long fm_batch_fill_locked(struct fm_batch *b, struct mm_struct *mm,
+				 unsigned long vaddr, unsigned long npage, int prot)
+{
+	long ret, found;
+
+	fm_batch_reset(b);
+
+	ret = fm_compat_pin_user_pages_remote(mm, vaddr, min(npage, b->capacity),
+					      fm_gup_flags(prot), b->pages);
+	if (ret > 0) {
+		fm_batch_pages_to_runs(b, ret);
+		return ret;
+	}
+	found = fm_fill_pfnmap(b, mm, vaddr, npage, prot & IOMMU_WRITE);
+	if (found)
+		return found;
+	b->pfnmap = false;
+	return ret ? ret : -EFAULT;
+}
+
+/*
+ * The lockless walk (GUP-fast) pins present pages of the caller's own mm
+ * about twice as fast as the locked walk for 4K pages. It never faults
+ * (faults, userfaultfd included, are the locked walk's) and does not look
+ * at the vma, whose flags GUP checks; two ways to make that check hold,
+ * one per kernel (compat.h):
+ *
+ *  - 6.12: pin before taking mmap_lock (pin_user_pages_fast() with
+ *    FOLL_NOFAULT; what GUP-fast misses it passes to the locked walk
+ *    itself, which checks the vmas and does not fault), then under the
+ *    lock keep the pins only if the vmas are fine and no
+ *    mmap_write_lock() section began meanwhile (fm_fast_pins_valid()): the
+ *    vmas seen are those the walk went through. munmap() zaps the page
+ *    tables after downgrading to the read lock, but it has taken the vmas
+ *    out before: the lookup here finds none, and the pins are dropped;
+ *  - 6.1: check the vmas under mmap_lock, then pin under it, with
+ *    pin_user_pages_fast_only(), which never takes the lock itself.
+ */
+
+/*
+ * With mmap_read_lock held: the end of the part of [@addr, @end) that lies
+ * in vmas the locked walk takes pins from for this access (GUP's
+ * check_vma_flags(): not VM_IO or VM_PFNMAP, VM_WRITE for device writes,
+ * VM_READ otherwise; GUP-fast enforces the rest per page), starting with
+ * @vma (the one at @addr, or NULL).
+ */
+static unsigned long fm_vmas_pinnable(struct mm_struct *mm, struct vm_area_struct *vma,
+				      unsigned long addr, unsigned long end, bool write)
+{
+	vm_flags_t need = write ? VM_WRITE : VM_READ;
+
+	while (vma && !(vma->vm_flags & (VM_IO | VM_PFNMAP)) && (vma->vm_flags & need)) {
+		if (vma->vm_end >= end)
+			return end;
+		addr = vma->vm_end;
+		vma = vma_lookup(mm, addr);
+	}
+	return addr;
+}
+
+/* 6.12, before taking mmap_lock: the number of pages pinned, or 0. */
+static long fm_batch_pin_fast(struct fm_batch *b, struct mm_struct *mm, unsigned long vaddr,
+			      unsigned long npage, int prot, unsigned int *seq)
+{
+	long ret;
+
+	if (mm != current->mm || !fm_compat_mm_speculate_begin(mm, seq))
+		return 0;
+	ret = pin_user_pages_fast(vaddr, min(npage, b->capacity),
+				  fm_gup_flags(prot) | FOLL_NOFAULT, b->pages);
+	return max(ret, 0L);
+}
+
+/* 6.12, under mmap_read_lock: do the @n pages pinned at @vaddr stand? */
+static bool fm_fast_pins_valid(struct mm_struct *mm, struct vm_area_struct *vma,
+			       unsigned long vaddr, long n, unsigned int seq, bool write)
+{
+	unsigned long addr = fm_compat_untagged_addr(mm, vaddr);
+	unsigned long end = addr + (n << PAGE_SHIFT);
+
+	return !fm_compat_mm_speculate_retry(mm, seq) &&
+	       fm_vmas_pinnable(mm, vma, addr, end, write) == end;
+}
+
+/* 6.1, under mmap_read_lock: the number of pages pinned, or 0. */
+static long fm_batch_pin_fast_locked(struct fm_batch *b, struct mm_struct *mm,
+				     struct vm_area_struct *vma, unsigned long vaddr,
+				     unsigned long npage, int prot)
+{
+	unsigned long addr = fm_compat_untagged_addr(mm, vaddr), end;
+	long ret;
+
+	if (mm != current->mm || !fm_compat_have_pin_fast_only())
+		return 0;
+	end = fm_vmas_pinnable(mm, vma, addr, addr + (min(npage, b->capacity) << PAGE_SHIFT),
+			       prot & IOMMU_WRITE);
+	if (end == addr)
+		return 0;
+	ret = fm_compat_pin_fast_only(vaddr, (end - addr) >> PAGE_SHIFT, fm_gup_flags(prot),
+				      b->pages);
+	return max(ret, 0L);
+}
+
+/*
+ * Fill the pinner's batch from @vaddr, under one mmap_read_lock round trip.
+ * GUP-fast pins first where it can (above); under the lock, the first fill
+ * decides whether the dma has folio pins (filepin.c). A mapping with folio
+ * pins takes what filepin.c can pin by folio and leaves the rest (absent
+ * folios, other vmas) to GUP, whose pins are then brought to one per folio.
+ * The locked walk pins what is left, the way stock pins.
+ */
+long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npage)
+{
+	bool fast = !p->dma->folio_pins && npage >= FM_FAST_MIN_PAGES;
+	bool write = p->dma->prot & IOMMU_WRITE;
+	struct fm_batch *b = &p->batch;
+	struct fm_dma *dma = p->dma;
+	struct vm_area_struct *vma = NULL;
+	unsigned int seq;
+	long n = 0;
+
+	if (fast)
+		n = fm_batch_pin_fast(b, p->mm, vaddr, npage, dma->prot, &seq);
+	mmap_read_lock(p->mm);
+	if (!p->mode_known || fast)
+		vma = vma_lookup(p->mm, fm_compat_untagged_addr(p->mm, vaddr));
+	if (!p->mode_known) {
+		dma->folio_pins = vma && fm_filepin_applies(vma, write);
+		p->mode_known = true;
+	}
+	if (n > 0) {
+		if (dma->folio_pins || !fm_fast_pins_valid(p->mm, vma, vaddr, n, seq, write)) {
+			/* Rare: start over under the lock. */
+			unpin_user_pages(b->pages, n);
+			n = 0;
+		}
+	} else if (fast && !dma->folio_pins) {
+		n = fm_batch_pin_fast_locked(b, p->mm, vma, vaddr, npage, dma->prot);
+	}
+	if (n > 0) {
+		mmap_read_unlock(p->mm);
+		fm_batch_reset(b);
+		fm_batch_pages_to_runs(b, n);
+		return n;
+	}
+	if (dma->folio_pins) {
+		unsigned long first, want = min_t(unsigned long, npage, FM_FILEPIN_PAGES);
+
+		/* Drops mmap_lock: the inode lock must not nest inside it. */
+		n = fm_filepin(p->mm, vaddr, want, write, b->folios, b->capacity, &first);
+		if (n > 0) {
+			fm_batch_reset(b);
+			fm_batch_folios_to_runs(b, n, first, want);
+			p->iommu->stats.folio_pinned_pages += b->size;
+			return b->size;
+		}
+		mmap_read_lock(p->mm);
+	}
+	n = fm_batch_fill_locked(b, p->mm, vaddr, npage, dma->prot);
+	mmap_read_unlock(p->mm);
+	if (n > 0 && dma->folio_pins && !b->pfnmap)
+		fm_batch_one_pin_per_folio(b);
+	return n;
+}
+
+int fm_pin_one(struct fm_dma *dma, unsigned long vaddr, unsigned long *pfn)
+{
+	struct fm_batch b;
+	long ret;
+
+	fm_batch_init(&b, 1);
+	mmap_read_lock(dma->mm);
+	ret = fm_batch_fill_locked(&b, dma->mm, vaddr, 1, dma->prot);
+	mmap_read_unlock(dma->mm);
+	if (ret < 0)
+		return ret;
+	if (b.pfnmap)
+		dma->has_pfnmap = true;
+	*pfn = b.runs[0].pfn;
+	return 0;
+}

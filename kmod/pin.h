@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * The pin pipeline's own interface, shared by its steps and nothing else:
+ *
+ *   map_dma.c  MAP_DMA: a new mapping, a new vaddr, a change of owner
+ *   pin.c      one pinner over a dma: batch -> charge -> run, batch after batch
+ *   batch.c    fill a batch (GUP-fast, the locked GUP walk, VM_PFNMAP lookups,
+ *              filepin.c) and cut it into physically contiguous runs
+ *   charge.c   charge a batch to the owner's locked memory (and every other
+ *              locked-memory change: unmap, pin_pages, change of owner)
+ *   run.c      grow the open run across batches, map it into the domains
+ *   record.c   the run record: the runs a mapping was mapped with
+ *   replay.c   fill a new domain from the mappings already there
+ *
+ * The per-run helpers of the record are inline below: run.c calls them once
+ * per run, which a cross-file call would make dearer than the pipeline was
+ * in one file.
+ */
+#ifndef _FOLIOMAP_PIN_H
+#define _FOLIOMAP_PIN_H
+
+#include "foliomap.h"
+
+/*
+ * Page pointers per GUP call (4 MiB of 4K pages, one call per 4 MiB even
+ * for huge pages): GUP output is only scanned once, into runs.
+ */
+#define FM_BATCH_PAGES	1024
+/*
+ * A batch this small lives on the stack: a MAP_DMA of a few pages (a
+ * vIOMMU guest's DMA buffer, a DPDK mbuf pool chunk) allocates nothing
+ * for it.
+ */
+#define FM_BATCH_INLINE	16
+
+/*
+ * The batch is run-length: after the single pass over GUP's page pointers
+ * (or the PFNMAP lookups, which produce runs directly) every later step
+ * (charge, map, release) costs O(runs) or O(folios), never O(4K pages).
+ */
+struct fm_batch {
+	union {
+		struct page	**pages;	/* GUP output, FM_BATCH_PAGES or 1 */
+		struct folio	**folios;	/* memfd_pin_folios() output */
+	};
+	struct fm_run	*runs;		/* as many as pages */
+	unsigned long	capacity;	/* entries of pages and of runs */
+	unsigned long	nr_runs;
+	unsigned long	size;		/* pages in runs[] */
+	bool		pfnmap;		/* looked up, not pinned */
+	/* Small maps, and any map when nothing larger was free. */
+	struct page	*inline_pages[FM_BATCH_INLINE];
+	struct fm_run	inline_runs[FM_BATCH_INLINE];
+};
+
+/*
+ * One pass of the pipeline over a dma, from dma->iova on. At any moment
+ * the dma is in three parts: a prefix that is pinned, charged and mapped
+ * ([dma->iova, run_iova)); the open run (pinned and charged, not yet
+ * mapped); the unconsumed rest of the batch. Each error path releases the
+ * last two and leaves the prefix to the caller, which unmaps it (flush
+ * first) and unpins it like any mapping.
+ */
+struct fm_pinner {
+	struct fm_iommu		*iommu;
+	struct fm_dma		*dma;
+	struct fm_domain	*target;	/* replay: only this domain */
+	struct mm_struct	*mm;
+	struct fm_batch		batch;
+	/* The open run; [dma->iova, run_iova) is already mapped. */
+	dma_addr_t		run_iova;
+	unsigned long		run_pfn;
+	unsigned long		run_npage;
+	bool			run_tail_pinned; /* its last page holds a pin */
+	unsigned long		runs;		/* runs mapped so far */
+	bool			single;		/* disable_hugepages: a run a page */
+	bool			mode_known;	/* dma->folio_pins decided */
+};
+
+/* The IOVA of the first page after the open run: where the batch goes. */
+static inline dma_addr_t fm_pinner_next_iova(const struct fm_pinner *p)
+{
+	return p->run_iova + (p->run_npage << PAGE_SHIFT);
+}
+
+/* pin.c: the pipeline over the whole dma */
+int fm_pin_map_dma(struct fm_pinner *p);
+
+/* batch.c: fill and cut */
+void fm_batch_init(struct fm_batch *b, unsigned long npage);
+void fm_batch_fini(struct fm_batch *b);
+long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npage);
+
+/* charge.c: the batch's charge (fm_lock_acct() and the owner: foliomap.h) */
+int fm_batch_charge(struct fm_pinner *p);
+
+/* run.c: runs into the domains */
+int fm_batch_map(struct fm_pinner *p);
+int fm_run_map(struct fm_pinner *p);
+void fm_batch_release(struct fm_pinner *p, unsigned long r, unsigned long off,
+		      bool charged);
+
+/* record.c: the record's growth, out of the per-run path */
+int fm_rec_grow(struct fm_dma *dma);
+
+/* Does a run starting at @pfn continue the last entry of the record? */
+static inline bool fm_rec_joins(struct fm_dma *dma, unsigned long pfn)
+{
+	struct fm_run *last = dma->rec_nr ? &dma->rec[dma->rec_nr - 1] : NULL;
+
+	return last && last->pfn + last->npage == pfn;
+}
+
+/*
+ * Make room for a run starting at @pfn before it is mapped. The first run
+ * goes into the dma itself (a small map allocates nothing for its record);
+ * later ones may need fm_rec_grow(). 0 or -ENOMEM (folio pins only: every
+ * other dma goes on without a record).
+ */
+static inline int fm_rec_reserve(struct fm_dma *dma, unsigned long pfn)
+{
+	if (dma->rec_dropped || dma->rec_nr < dma->rec_max || fm_rec_joins(dma, pfn))
+		return 0;
+	if (!dma->rec) {
+		dma->rec = &dma->rec_one;
+		dma->rec_max = 1;
+		return 0;
+	}
+	return fm_rec_grow(dma);
+}
+
+/*
+ * Append a run just mapped in every domain (fm_rec_reserve() made room).
+ * A run only joins the last when disable_hugepages maps page by page,
+ * which folio pins never do: a joined entry never holds two pins on one
+ * folio.
+ */
+static inline void fm_rec_add(struct fm_dma *dma, unsigned long pfn, unsigned long npage)
+{
+	if (dma->rec_dropped)
+		return;
+	if (fm_rec_joins(dma, pfn)) {
+		/* Two pins on one folio in one entry: release would drop one. */
+		WARN_ON_ONCE(dma->folio_pins);
+		dma->rec[dma->rec_nr - 1].npage += npage;
+	} else {
+		dma->rec[dma->rec_nr++] = (struct fm_run){ .pfn = pfn, .npage = npage };
+	}
+	dma->rec_pages += npage;
+}
+
+#endif /* _FOLIOMAP_PIN_H */

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Replay: a domain joining a container (container.c) gets every mapping
+ * the container has. A mapping already in the other domains is copied, by
+ * its run record (one iommu_map() per run) or, without one, by asking the
+ * first domain run by run; a mapping that only emulated groups knew is
+ * pinned, charged and mapped by the pin pipeline (pin.c), into the new
+ * domain alone. On failure the new domain is emptied again.
+ */
+#include <linux/sched.h>
+#include <linux/sched/mm.h>
+
+#include "pin.h"
+
+/*
+ * Copy an already mapped dma into @dst, run by run as found in @src. The
+ * pages are pinned and charged already. Returns the bytes mapped in @dst.
+ */
+static int fm_replay_copy(struct fm_domain *src, struct fm_domain *dst,
+			  struct fm_dma *dma, size_t *done)
+{
+	int prot = dma->prot | IOMMU_CACHE;
+	size_t off = 0;
+	phys_addr_t phys;
+
+	/* With a record: one iommu_map() per run, no page-table walk. */
+	if (fm_rec_covers(dma, dma->size)) {
+		unsigned int i;
+
+		for (i = 0; i < dma->rec_nr; i++) {
+			size_t len = dma->rec[i].npage << PAGE_SHIFT;
+			int ret = fm_compat_iommu_map(dst->domain, dma->iova + off,
+						      PFN_PHYS(dma->rec[i].pfn), len, prot,
+						      GFP_KERNEL_ACCOUNT);
+
+			if (ret)
+				return ret;
+			off += len;
+			*done = off;
+			cond_resched();
+		}
+		return 0;
+	}
+
+	phys = iommu_iova_to_phys(src->domain, dma->iova);
+	while (off < dma->size) {
+		phys_addr_t next = 0;
+		size_t len = PAGE_SIZE;
+		int ret;
+
+		/* A hole would be a bug elsewhere; it simply stays a hole. */
+		if (!phys) {
+			off += PAGE_SIZE;
+			if (off < dma->size)
+				phys = iommu_iova_to_phys(src->domain, dma->iova + off);
+			continue;
+		}
+		while (off + len < dma->size) {
+			next = iommu_iova_to_phys(src->domain, dma->iova + off + len);
+			if (next != phys + len)
+				break;
+			len += PAGE_SIZE;
+		}
+		ret = fm_compat_iommu_map(dst->domain, dma->iova + off, phys, len,
+					  prot, GFP_KERNEL_ACCOUNT);
+		if (ret)
+			return ret;
+		off += len;
+		*done = off;
+		phys = next;
+		cond_resched();
+	}
+	return 0;
+}
+
+/* Pin, charge and map a dma that only emulated groups knew so far. */
+static int fm_replay_pin(struct fm_iommu *iommu, struct fm_domain *dst,
+			 struct fm_dma *dma, size_t *done)
+{
+	struct fm_pinner p = { .iommu = iommu, .dma = dma, .target = dst, .mm = dma->mm };
+	int ret;
+
+	/* Pages come from the mapping's own address space, never current's. */
+	if (!mmget_not_zero(dma->mm))
+		return -ESRCH;
+	ret = fm_pin_map_dma(&p);
+	mmput(dma->mm);
+	*done = p.run_iova - dma->iova;
+	return ret;
+}
+
+/* Remove from @dst the first @size bytes of @dma that the replay added. */
+static void fm_replay_undo(struct fm_domain *dst, struct fm_dma *dma, size_t size)
+{
+	if (!size)
+		return;
+	if (dma->iommu_mapped)
+		iommu_unmap(dst->domain, dma->iova, size);
+	else
+		fm_unmap_unpin_domain(dma, dst->domain, size, true);
+}
+
+int fm_replay(struct fm_iommu *iommu, struct fm_domain *domain)
+{
+	struct fm_domain *src = NULL, *d;
+	struct rb_node *n;
+	struct fm_dma *dma;
+	size_t done = 0;
+	int ret = 0;
+
+	list_for_each_entry(d, &iommu->domain_list, next) {
+		if (d != domain) {
+			src = d;
+			break;
+		}
+	}
+
+	for (n = rb_first(&iommu->dma_tree); n; n = rb_next(n)) {
+		dma = rb_entry(n, struct fm_dma, node);
+		done = 0;
+		if (dma->iommu_mapped)
+			ret = fm_replay_copy(src, domain, dma, &done);
+		else
+			ret = fm_replay_pin(iommu, domain, dma, &done);
+		if (ret)
+			goto unwind;
+	}
+
+	for (n = rb_first(&iommu->dma_tree); n; n = rb_next(n))
+		rb_entry(n, struct fm_dma, node)->iommu_mapped = true;
+	return 0;
+
+unwind:
+	fm_replay_undo(domain, dma, done);
+	for (n = rb_prev(n); n; n = rb_prev(n)) {
+		dma = rb_entry(n, struct fm_dma, node);
+		fm_replay_undo(domain, dma, dma->size);
+	}
+	return ret;
+}

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The pages emulated-IOMMU devices pinned through pin_pages (pin_pages.c):
+ * one struct fm_vpfn each in its dma's pfn_list, keyed by IOVA and
+ * reference counted. Each holds one pin of its own. It is charged to the
+ * mapping's owner only while the dma is not iommu_mapped; once the dma is
+ * mapped, the IOMMU pin covers the charge, and the pin pipeline
+ * (charge.c) and release (release.c) count vpfn pages out when they
+ * charge and uncharge.
+ */
+#include "foliomap.h"
+
+struct fm_vpfn *fm_vpfn_find(struct fm_dma *dma, dma_addr_t iova)
+{
+	struct rb_node *node = dma->pfn_list.rb_node;
+
+	while (node) {
+		struct fm_vpfn *vpfn = rb_entry(node, struct fm_vpfn, node);
+
+		if (iova < vpfn->iova)
+			node = node->rb_left;
+		else if (iova > vpfn->iova)
+			node = node->rb_right;
+		else
+			return vpfn;
+	}
+	return NULL;
+}
+
+/*
+ * The number of external pins in [iova, iova + npage pages): one descent to
+ * the first, then an in-order walk. O(1) while the tree is empty.
+ */
+unsigned long fm_vpfn_count(struct fm_dma *dma, dma_addr_t iova, unsigned long npage)
+{
+	dma_addr_t last = iova + (npage << PAGE_SHIFT) - 1;
+	struct rb_node *node = dma->pfn_list.rb_node, *first = NULL;
+	unsigned long count = 0;
+
+	while (node) {
+		struct fm_vpfn *vpfn = rb_entry(node, struct fm_vpfn, node);
+
+		if (vpfn->iova < iova) {
+			node = node->rb_right;
+		} else {
+			first = node;
+			node = node->rb_left;
+		}
+	}
+	for (node = first; node; node = rb_next(node)) {
+		if (rb_entry(node, struct fm_vpfn, node)->iova > last)
+			break;
+		count++;
+	}
+	return count;
+}
+
+void fm_vpfn_link(struct fm_dma *dma, struct fm_vpfn *new)
+{
+	struct rb_node **link = &dma->pfn_list.rb_node, *parent = NULL;
+
+	while (*link) {
+		parent = *link;
+		if (new->iova < rb_entry(parent, struct fm_vpfn, node)->iova)
+			link = &parent->rb_left;
+		else
+			link = &parent->rb_right;
+	}
+	rb_link_node(&new->node, parent, link);
+	rb_insert_color(&new->node, &dma->pfn_list);
+}
