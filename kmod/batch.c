@@ -37,7 +37,11 @@ static void fm_batch_reset(struct fm_batch *b)
 	b->nr_runs = 0;
 }
 
-/* A batch sized for a dma of @npage pages: no bigger than it needs. */
+/*
+ * A batch sized for a dma of @npage pages: no bigger than it needs. Sets
+ * every field but the inline arrays, so that a batch on the stack may be
+ * __uninitialized (see fm_pinner_init()).
+ */
 void fm_batch_init(struct fm_batch *b, unsigned long npage)
 {
 	unsigned long want = min_t(unsigned long, npage, FM_BATCH_PAGES);
@@ -421,7 +425,7 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 
 int fm_pin_one(struct fm_dma *dma, unsigned long vaddr, unsigned long *pfn)
 {
-	struct fm_batch b;
+	struct fm_batch b __uninitialized;
 	long ret;
 
 	fm_batch_init(&b, 1);

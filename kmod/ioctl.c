@@ -69,9 +69,11 @@ struct fm_ioctl_head {
  * Read the first @minsz bytes of an ioctl argument into @buf (-EFAULT),
  * then check its head (-EINVAL): argsz must cover them, and flags may hold
  * no bit outside @mask (U32_MAX for GET_INFO, whose flags are output).
- * Stock's checks, in stock's order, in one place.
+ * Stock's checks, in stock's order, in one place. Inlined, so that @minsz
+ * is a constant for copy_from_user(): a variable size costs every MAP_DMA
+ * and UNMAP_DMA the hardened-usercopy check of the stack object.
  */
-static int fm_ioctl_copy_in(void *buf, unsigned long arg, size_t minsz, u32 mask)
+static __always_inline int fm_ioctl_copy_in(void *buf, unsigned long arg, size_t minsz, u32 mask)
 {
 	const struct fm_ioctl_head *head = buf;
 
@@ -86,8 +88,8 @@ static int fm_ioctl_copy_in(void *buf, unsigned long arg, size_t minsz, u32 mask
  * The struct that some flags append after the first @minsz bytes (the
  * bitmap of UNMAP_DMA, the range of GET_BITMAP): argsz must cover it.
  */
-static int fm_ioctl_copy_tail(void *buf, size_t size, unsigned long arg, u32 argsz,
-			      size_t minsz)
+static __always_inline int fm_ioctl_copy_tail(void *buf, size_t size, unsigned long arg,
+					      u32 argsz, size_t minsz)
 {
 	if (argsz - minsz < size)
 		return -EINVAL;

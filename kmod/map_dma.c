@@ -19,10 +19,11 @@
  */
 static int fm_map_new(struct fm_iommu *iommu, struct fm_dma *dma)
 {
-	struct fm_pinner p = { .iommu = iommu, .dma = dma, .mm = dma->mm };
+	struct fm_pinner p __uninitialized;
 	u64 start = trace_foliomap_map_enabled() ? ktime_get_ns() : 0;
 	int ret;
 
+	fm_pinner_init(&p, iommu, dma, NULL);
 	ret = fm_pin_map_dma(&p);
 	dma->iommu_mapped = true;
 	if (ret) {

@@ -77,6 +77,29 @@ struct fm_pinner {
 	bool			mode_known;	/* dma->folio_pins decided */
 };
 
+/*
+ * Start a pinner over @dma, for every domain or only @target (replay).
+ * Callers declare it __uninitialized and this sets every field but the
+ * batch's (fm_batch_init()): the kernel's zeroed stack variables would
+ * otherwise clear the batch's inline arrays, half a KiB, on every
+ * MAP_DMA, and a small one only reads what it wrote there.
+ */
+static inline void fm_pinner_init(struct fm_pinner *p, struct fm_iommu *iommu,
+				  struct fm_dma *dma, struct fm_domain *target)
+{
+	p->iommu = iommu;
+	p->dma = dma;
+	p->target = target;
+	p->mm = dma->mm;
+	p->run_iova = dma->iova;
+	p->run_pfn = 0;
+	p->run_npage = 0;
+	p->run_tail_pinned = false;
+	p->runs = 0;
+	p->single = false;
+	p->mode_known = false;
+}
+
 /* The IOVA of the first page after the open run: where the batch goes. */
 static inline dma_addr_t fm_pinner_next_iova(const struct fm_pinner *p)
 {

@@ -77,12 +77,13 @@ static int fm_replay_copy(struct fm_domain *src, struct fm_domain *dst,
 static int fm_replay_pin(struct fm_iommu *iommu, struct fm_domain *dst,
 			 struct fm_dma *dma, size_t *done)
 {
-	struct fm_pinner p = { .iommu = iommu, .dma = dma, .target = dst, .mm = dma->mm };
+	struct fm_pinner p __uninitialized;
 	int ret;
 
 	/* Pages come from the mapping's own address space, never current's. */
 	if (!mmget_not_zero(dma->mm))
 		return -ESRCH;
+	fm_pinner_init(&p, iommu, dma, dst);
 	ret = fm_pin_map_dma(&p);
 	mmput(dma->mm);
 	*done = p.run_iova - dma->iova;

@@ -187,22 +187,18 @@ static unsigned long fm_unmap_unpin_rec(struct fm_dma *dma, struct iommu_domain 
 	return dma->rec_nr;
 }
 
-unsigned long fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *domain,
-				    size_t size, bool do_accounting)
+/*
+ * Unmap and release the first @size bytes of @dma leaf by leaf, as the
+ * IOMMU reports them: the mapping has no record covering them (too
+ * fragmented, no memory for it, or a failed map's prefix).
+ */
+static unsigned long fm_unmap_unpin_walk(struct fm_dma *dma, struct iommu_domain *domain,
+					 size_t size, bool do_accounting)
 {
 	struct fm_unmap_run stack_runs[FM_UNMAP_RUNS_STACK];
 	struct fm_unmapper u = { .dma = dma, .domain = domain };
 	dma_addr_t iova = dma->iova;
 	size_t left = size;
-
-	if (fm_rec_covers(dma, size)) {
-		unsigned long runs = fm_unmap_unpin_rec(dma, domain, do_accounting);
-
-		fm_rec_free(dma);
-		return runs;
-	}
-	/* The pins the record described are being released. */
-	fm_rec_free(dma);
 
 	/*
 	 * At most one allocation per call, none per run: small mappings and
@@ -265,6 +261,24 @@ unsigned long fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *dom
 	if (do_accounting)
 		fm_lock_acct(dma, -u.uncharge, true);
 	return u.nr_runs;
+}
+
+unsigned long fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *domain,
+				    size_t size, bool do_accounting)
+{
+	unsigned long runs;
+
+	/*
+	 * Two functions, not two branches: the walk's stack arrays, which
+	 * the kernel zeroes on entry, are not paid for by every small unmap.
+	 */
+	if (fm_rec_covers(dma, size))
+		runs = fm_unmap_unpin_rec(dma, domain, do_accounting);
+	else
+		runs = fm_unmap_unpin_walk(dma, domain, size, do_accounting);
+	/* The pins the record described are released. */
+	fm_rec_free(dma);
+	return runs;
 }
 
 /*
