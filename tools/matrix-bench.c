@@ -647,11 +647,11 @@ static int step_emu(struct ctx *x, const struct row *r, double *v)
 	  { { "map", "s", true }, { "unmap", "s", true }, { "munmap", "s", false } } }
 
 static const struct row rows[] = {
-	FT(FT_THP, "ft-thp", "first touch: MAP_DMA faults in never-touched THP memory", 1),
+	FT(FT_THP, "ft-thp", "first touch: MAP_DMA faults in never-touched THP memory", 2),
 	FT(FT_ANON4K, "ft-anon4k",
 	   "first touch: private anon, MADV_NOHUGEPAGE (4K pages), never touched", 1),
 	FT(FT_SHM4K, "ft-shm4k", "first touch: MAP_SHARED anon (4K shmem), never touched", 1),
-	FT(FT_MEMFD2M, "ft-memfd2m", "first touch: 2M hugetlbfs memfd, never touched", 1),
+	FT(FT_MEMFD2M, "ft-memfd2m", "first touch: 2M hugetlbfs memfd, never touched", 2),
 	{ "small-4k", "N x 4K MAP_DMA then N x UNMAP_DMA, pre-faulted 4K anon, per call",
 	  step_small, SZ_4K, 2, false, false, 2, { { "map", "us", true }, { "unmap", "us", true } } },
 	{ "small-64k", "N x 64K MAP_DMA then N x UNMAP_DMA, pre-faulted THP, per call",
@@ -671,7 +671,7 @@ static const struct row rows[] = {
 	{ "partial-v1", "v1 container, many 4K mappings: one UNMAP_DMA of the middle half",
 	  step_partial, 0, 2, false, false, 1, { { "unmap", "ms", true } } },
 	{ "emu-pin", "fm_emu: vfio_pin_pages/unpin_pages of single scattered pages, per page",
-	  step_emu, 0, 2, false, false, 2, { { "pin", "us", true }, { "unpin", "us", true } } },
+	  step_emu, 0, 4, false, false, 2, { { "pin", "us", true }, { "unpin", "us", true } } },
 };
 #define NROWS	((int)(sizeof(rows) / sizeof(rows[0])))
 
@@ -839,7 +839,7 @@ static void usage(FILE *f)
 "                    [--emu-pins N] [--list]\n"
 "\n"
 "  --groups A,B     e1000e groups (default: the first two of $VFIO_GROUPS)\n"
-"  --loops L        timed loops per row and backend (default 5; rows marked x2 run 2L)\n"
+"  --loops L        timed loops per row and backend (default 5; rows marked xN run N*L)\n"
 "  --warmup W       untimed (but leak-checked) loops first (default 1; not for\n"
 "                   the ft-* and many-* rows, whose steps start afresh anyway)\n"
 "  --rows LIST      only the rows whose names start with one of LIST\n"
