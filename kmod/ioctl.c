@@ -60,9 +60,10 @@ static int fm_check_user_bitmap(const struct vfio_bitmap *bitmap, u64 size)
 
 /*
  * @iommu is NULL when the core asks which driver to pick for a new
- * container. VFIO_TYPE1_NESTING_IOMMU is reported as stock does, but
- * fm_open refuses it, and the core then offers the container to the next
- * driver (stock type1), which fails the same way on x86 at attach time.
+ * container. VFIO_TYPE1_NESTING_IOMMU is reported as the kernel's stock
+ * type1 does (compat.h); where that is 1, fm_open refuses it, and the core
+ * then offers the container to the next driver (stock type1), which fails
+ * the same way on x86 at attach time.
  */
 static long fm_check_extension(struct fm_iommu *iommu, unsigned long arg)
 {
@@ -71,9 +72,10 @@ static long fm_check_extension(struct fm_iommu *iommu, unsigned long arg)
 	switch (arg) {
 	case VFIO_TYPE1_IOMMU:
 	case VFIO_TYPE1v2_IOMMU:
-	case VFIO_TYPE1_NESTING_IOMMU:
 	case VFIO_UNMAP_ALL:
 		return 1;
+	case FM_TYPE1_NESTING_IOMMU:
+		return fm_compat_nesting_extension();
 	case VFIO_UPDATE_VADDR:
 		/* Emulated devices could pin or dma_rw through a stale vaddr. */
 		if (!iommu)
