@@ -3,14 +3,15 @@
 # make              build the module (for KERNEL) and the userspace tools
 # make check        install what is needed, build, boot guests, run every test
 #                   against stock type1 and foliomap on every kernel of KERNELS
-#                   (default 6.12 and 6.1; KERNEL=6.1 alone), plus the host-side
-#                   tests (DKMS install, style); ends "N passed, N failed"
+#                   (default 6.12 6.1 6.12-deb13 7.x; KERNEL=7.x alone), plus the
+#                   host-side tests (DKMS install, .deb, style); ends "N passed, N failed"
 # make check-scale  t_scale alone (also part of make check), both backends, every
 #                   kernel of KERNELS; FOLIOMAP_SCALE_2M=262144 FOLIOMAP_SCALE_4G=256
 #                   for the full scale (tests/README.md)
 # make style        checkpatch.pl --strict over kmod/ and tests/emu (STRICT=0: default level)
 # make install / uninstall          plain module install for KVER (default: running)
 # make dkms-install / dkms-uninstall  DKMS install (rebuilt for each new kernel)
+# make deb          foliomap-dkms_<version>_all.deb (DKMS package, pkg/mkdeb)
 # make fuzz [SEED=1] [STEPS=5000]  differential fuzzing: one stock guest runs the
 #                   seeded ioctl sequence on stock type1, then on foliomap (tests/t_fuzz.c)
 # make bench        the seed's table, stock and foliomap side by side in a guest
@@ -24,7 +25,7 @@
 #
 KERNEL ?= 6.12
 # make check: every kernel here, or just KERNEL when it is given.
-KERNELS ?= $(if $(filter command line environment,$(origin KERNEL)),$(KERNEL),6.12 6.1)
+KERNELS ?= $(if $(filter command line environment,$(origin KERNEL)),$(KERNEL),6.12 6.1 6.12-deb13 7.x)
 
 # Resolved lazily: the kernel may only be installed by vm/install-deps.
 KVER = $(shell vm/kver $(KERNEL))
@@ -38,7 +39,7 @@ deps:
 # also copied to kmod/foliomap.ko, the one to insmod by hand and for bench.
 module:
 	@test -n "$(KVER)" || { echo "no Debian $(KERNEL) kernel installed: run make deps" >&2; exit 1; }
-	$(MAKE) -C kmod KVER=$(KVER) OUT=$(CURDIR)/build/kmod-$(KVER)
+	cd kmod && ../vm/kmake $(KERNEL) KVER=$(KVER) OUT=$(CURDIR)/build/kmod-$(KVER)
 	cp build/kmod-$(KVER)/foliomap.ko kmod/foliomap.ko
 
 tools:
@@ -98,6 +99,11 @@ dkms-install:
 	dkms add -m foliomap -v $(DKMS_VERSION)
 	dkms install -m foliomap -v $(DKMS_VERSION) -k $(IKVER)
 	$(MAKE) install-conf
+
+# Debian package: foliomap-dkms_<version>_all.deb here (pkg/mkdeb); then
+# "apt install ./foliomap-dkms_<version>_all.deb", "apt remove foliomap-dkms".
+deb:
+	pkg/mkdeb $(CURDIR)
 
 dkms-uninstall:
 	-dkms remove -m foliomap -v $(DKMS_VERSION) --all
@@ -164,4 +170,4 @@ clean:
 	$(MAKE) -C tests clean
 
 .PHONY: all deps module tools check check-scale fuzz bench bench-scale bench-vmm clean \
-	install uninstall install-conf uninstall-conf dkms-install dkms-uninstall style
+	install uninstall install-conf uninstall-conf dkms-install dkms-uninstall style deb

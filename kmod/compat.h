@@ -5,10 +5,14 @@
  * and tests the FM_HAVE_* macros defined below; no other file looks at the
  * kernel version.
  *
- * Supported: Debian 12's 6.1 LTS kernel (linux-image-6.1.0-N-amd64) and its
- * 6.12 backports kernel (linux-image-6.12.N+deb12-amd64). Each feature macro
- * was checked against both; the private VFIO declarations in vfio_private.h
- * were compared member by member with drivers/vfio/vfio.h of each.
+ * Supported: Debian 12's 6.1 LTS kernel (linux-image-6.1.0-N-amd64), the
+ * 6.12 kernel of Debian 12 and 13 (linux-image-6.12.N+deb12-amd64,
+ * linux-image-6.12.N+deb13-amd64) and the 7.x kernels of Debian 13's
+ * trixie-backports (linux-binary-7.M.N+deb13-amd64; 7.2 and 7.3). Each
+ * feature macro was checked against each; the private VFIO declarations in
+ * vfio_private.h were compared member by member with drivers/vfio/vfio.h of
+ * each (struct vfio_iommu_driver_ops and enum vfio_group_type are the same
+ * from 6.12 to 7.3).
  *
  *   FM_HAVE_GUP_VMAS              pin_user_pages_remote() takes a vmas array
  *   FM_HAVE_IOMMU_MAP_GFP         iommu_map() takes a gfp_t
@@ -26,13 +30,33 @@
  *                                 has no per-VMA locks)
  *   FM_HAVE_PIN_FAST_ONLY         pin_user_pages_fast_only(): GUP-fast that
  *                                 never takes mmap_lock (6.1; gone by 6.12)
+ *   FM_HAVE_PFNMAP_ADDR_MASK      follow_pfnmap_args.addr_mask: the extent of
+ *                                 the leaf entry found (6.15, so 7.x)
+ *   FM_HAVE_FOLIO_BATCH_H         struct folio_batch lives in
+ *                                 <linux/folio_batch.h> (7.x; <linux/pagevec.h>
+ *                                 before, which 7.x no longer has)
+ *   FM_HAVE_NTH_PAGE              nth_page() (gone in 7.x, where the memmap
+ *                                 of a contiguous pfn range is contiguous)
  *
  * Stock type1 behaviour that differs (uAPI answers foliomap gives exactly
  * as the stock driver of the same kernel does):
  *   FM_HAVE_INFO_FULL_WRITEBACK   GET_INFO writes back min(argsz, sizeof(info))
- *                                 bytes, trailing pad included (6.12); 6.1
- *                                 writes up to cap_offset, or only the fields
- *                                 before it when argsz ends before it
+ *                                 bytes, trailing pad included (6.12, 7.x);
+ *                                 6.1 writes up to cap_offset, or only the
+ *                                 fields before it when argsz ends before it
+ *   FM_HAVE_NESTING_EXTENSION     VFIO_TYPE1_NESTING_IOMMU (6) is a uAPI
+ *                                 constant and CHECK_EXTENSION answers 1 for
+ *                                 it (6.1, 6.12; foliomap refuses it at open
+ *                                 and leaves such containers to stock). 7.x
+ *                                 renamed it __VFIO_RESERVED_TYPE1_NESTING_IOMMU
+ *                                 (still 6): CHECK_EXTENSION answers 0, so no
+ *                                 container gets it, and open() would take it
+ *                                 as v2
+ *   FM_HAVE_EXTERNAL_ARG_CHECKS   pin_pages refuses npage <= 0 (-EINVAL) and
+ *                                 an IOVA range that wraps (-EOVERFLOW) before
+ *                                 anything else, and unpin_pages WARNs and
+ *                                 returns on such input (7.x; 6.1 and 6.12
+ *                                 test npage and prot inside the lock, below)
  *
  * Checked and the same on both, so not here: pin_pages and dma_rw refuse
  * (-EBUSY) while a vaddr is invalid. 6.1's type1 still has code to wait for
@@ -51,9 +75,12 @@
 #elif LINUX_VERSION_CODE >= KERNEL_VERSION(6, 12, 0) && \
 	LINUX_VERSION_CODE < KERNEL_VERSION(6, 13, 0)
 #define FM_KERNEL_6_12
+#elif LINUX_VERSION_CODE >= KERNEL_VERSION(7, 2, 0) && \
+	LINUX_VERSION_CODE < KERNEL_VERSION(7, 4, 0)
+#define FM_KERNEL_7
 #else
-/* vfio_private.h matches the VFIO core's private layout of these two only. */
-#error "foliomap supports Linux 6.1 and 6.12 only (Debian 12 and its backports)"
+/* vfio_private.h matches the VFIO core's private layout of these only. */
+#error "foliomap supports Linux 6.1, 6.12, 7.2 and 7.3 only (Debian 12 and 13, trixie-backports)"
 #endif
 
 #include <linux/device.h>
@@ -61,6 +88,7 @@
 #include <linux/irqdomain.h>
 #include <linux/mm.h>
 #include <linux/mmzone.h>
+#include <linux/overflow.h>
 #include <linux/stddef.h>
 #include <linux/vfio.h>
 
@@ -79,6 +107,21 @@
 #if defined(CONFIG_PER_VMA_LOCK) && defined(FM_MM_LOCK_SEQCOUNT_T)
 #define FM_HAVE_MM_LOCK_SEQCOUNT
 #endif
+#endif
+
+#ifdef FM_KERNEL_7
+#define FM_HAVE_PFNMAP_ADDR_MASK
+#define FM_HAVE_FOLIO_BATCH_H
+#define FM_HAVE_EXTERNAL_ARG_CHECKS
+#else
+#define FM_HAVE_NTH_PAGE
+#define FM_HAVE_NESTING_EXTENSION
+#endif
+
+#ifdef FM_HAVE_FOLIO_BATCH_H
+#include <linux/folio_batch.h>
+#else
+#include <linux/pagevec.h>
 #endif
 
 /* Long-term pin of up to @nr pages of @mm at @start; as GUP returns. */
@@ -166,6 +209,8 @@ static inline unsigned long fm_compat_untagged_addr(struct mm_struct *mm,
  * Returns 0, or -errno when nothing is mapped there (the caller faults it
  * in and retries).
  *
+ * 7.x reports the leaf's extent in args.addr_mask: a PUD leaf answers for
+ * the rest of its 1G block, a PMD leaf for the rest of its 2M block.
  * 6.12's follow_pfnmap_start() reports no extent (addr_mask appears in
  * 6.15), but it leaves args.ptep NULL exactly when the entry is a PMD or
  * PUD leaf (pfnmap_args_setup() in mm/memory.c), and either leaf maps at
@@ -185,7 +230,11 @@ static inline int fm_compat_follow_pfnmap(struct vm_area_struct *vma,
 		return ret;
 	*pfn = args.pfn;
 	*writable = args.writable;
+#ifdef FM_HAVE_PFNMAP_ADDR_MASK
+	*npage = ((~args.addr_mask & ~addr) >> PAGE_SHIFT) + 1;
+#else
 	*npage = args.ptep ? 1 : (PMD_SIZE - (addr & ~PMD_MASK)) >> PAGE_SHIFT;
+#endif
 	follow_pfnmap_end(&args);
 	return 0;
 #else
@@ -292,6 +341,76 @@ static inline bool fm_compat_mm_speculate_retry(struct mm_struct *mm, unsigned i
 	return read_seqcount_retry(&mm->mm_lock_seq, seq);
 #else
 	return true;
+#endif
+}
+
+/* The page @n pages after @page in a physically contiguous range. */
+static inline struct page *fm_compat_nth_page(struct page *page, unsigned long n)
+{
+#ifdef FM_HAVE_NTH_PAGE
+	return nth_page(page, n);
+#else
+	return pfn_to_page(page_to_pfn(page) + n);
+#endif
+}
+
+/*
+ * VFIO_TYPE1_NESTING_IOMMU, which 7.x keeps only as a reserved number.
+ * CHECK_EXTENSION answers fm_compat_nesting_extension() for it, as the
+ * kernel's stock type1 does. 6.1 and 6.12 answer 1 and foliomap refuses
+ * the type at open, leaving such a container to stock (which fails at
+ * attach on x86); 7.x answers 0, so the core never opens it, and open()
+ * would take it as v2 as stock 7.x does.
+ */
+#ifdef FM_HAVE_NESTING_EXTENSION
+#define FM_TYPE1_NESTING_IOMMU	VFIO_TYPE1_NESTING_IOMMU
+#else
+#define FM_TYPE1_NESTING_IOMMU	__VFIO_RESERVED_TYPE1_NESTING_IOMMU
+#endif
+
+static inline long fm_compat_nesting_extension(void)
+{
+#ifdef FM_HAVE_NESTING_EXTENSION
+	return 1;
+#else
+	return 0;
+#endif
+}
+
+static inline bool fm_compat_nesting_opens_v2(void)
+{
+#ifdef FM_HAVE_NESTING_EXTENSION
+	return false;
+#else
+	return true;
+#endif
+}
+
+/*
+ * pin_pages/unpin_pages input that 7.x's stock type1 refuses before
+ * looking at anything else: npage <= 0 (pin: -EINVAL; the core passes a
+ * negative npage through), and a range that wraps around the IOVA space
+ * (pin: -EOVERFLOW). unpin_pages WARNs and returns on either. 6.1 and
+ * 6.12 check neither: a wrapping range finds no mapping (-EINVAL) and
+ * npage <= 0 pins or unpins nothing.
+ */
+static inline bool fm_compat_external_npage_bad(int npage)
+{
+#ifdef FM_HAVE_EXTERNAL_ARG_CHECKS
+	return npage <= 0;
+#else
+	return false;
+#endif
+}
+
+static inline bool fm_compat_external_range_wraps(dma_addr_t iova, int npage)
+{
+#ifdef FM_HAVE_EXTERNAL_ARG_CHECKS
+	dma_addr_t end;
+
+	return check_add_overflow(iova, ((dma_addr_t)npage << PAGE_SHIFT) - 1, &end);
+#else
+	return false;
 #endif
 }
 

@@ -35,12 +35,18 @@ void *fm_open(unsigned long arg)
 	case VFIO_TYPE1v2_IOMMU:
 		v2 = true;
 		break;
-	default:
+	case FM_TYPE1_NESTING_IOMMU:
 		/*
-		 * VFIO_TYPE1_NESTING_IOMMU included: no x86 IOMMU driver of
-		 * 6.12 can nest. The core then tries the next driver that
-		 * accepts the type, i.e. stock type1 when it is loaded.
+		 * No x86 IOMMU driver of 6.1 or 6.12 can nest: refused, and
+		 * the core then tries the next driver that accepts the type,
+		 * i.e. stock type1 when it is loaded. 7.x's stock opens the
+		 * reserved number as v2 (compat.h).
 		 */
+		if (!fm_compat_nesting_opens_v2())
+			return ERR_PTR(-EINVAL);
+		v2 = true;
+		break;
+	default:
 		return ERR_PTR(-EINVAL);
 	}
 

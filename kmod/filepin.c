@@ -30,7 +30,6 @@
 #include <linux/hugetlb.h>
 #include <linux/mmu_context.h>
 #include <linux/pagemap.h>
-#include <linux/pagevec.h>
 #include <linux/userfaultfd_k.h>
 
 #include "foliomap.h"

@@ -100,9 +100,10 @@ static __always_inline int fm_ioctl_copy_tail(void *buf, size_t size, unsigned l
 
 /*
  * @iommu is NULL when the core asks which driver to pick for a new
- * container. VFIO_TYPE1_NESTING_IOMMU is reported as stock does, but
- * fm_open refuses it, and the core then offers the container to the next
- * driver (stock type1), which fails the same way on x86 at attach time.
+ * container. VFIO_TYPE1_NESTING_IOMMU is reported as the kernel's stock
+ * type1 does (compat.h); where that is 1, fm_open refuses it, and the core
+ * then offers the container to the next driver (stock type1), which fails
+ * the same way on x86 at attach time.
  */
 static long fm_check_extension(struct fm_iommu *iommu, unsigned long arg)
 {
@@ -111,9 +112,10 @@ static long fm_check_extension(struct fm_iommu *iommu, unsigned long arg)
 	switch (arg) {
 	case VFIO_TYPE1_IOMMU:
 	case VFIO_TYPE1v2_IOMMU:
-	case VFIO_TYPE1_NESTING_IOMMU:
 	case VFIO_UNMAP_ALL:
 		return 1;
+	case FM_TYPE1_NESTING_IOMMU:
+		return fm_compat_nesting_extension();
 	case VFIO_UPDATE_VADDR:
 		/* Emulated devices could pin or dma_rw through a stale vaddr. */
 		if (!iommu)

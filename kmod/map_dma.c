@@ -90,6 +90,15 @@ int fm_do_map(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_map *map)
 	int prot = 0;
 	int ret;
 
+	/*
+	 * In upstream's order (6.18+, stock 7.x): size, then wrap-around
+	 * (the last byte may be the last address, but nothing may wrap),
+	 * then access, then alignment.
+	 */
+	if (!size)
+		return -EINVAL;
+	if (iova + size - 1 < iova || vaddr + size - 1 < vaddr)
+		return -EOVERFLOW;
 	/* Access is from the device's point of view. */
 	if (map->flags & VFIO_DMA_MAP_FLAG_READ)
 		prot |= IOMMU_READ;
@@ -103,11 +112,7 @@ int fm_do_map(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_map *map)
 
 	pgsize = (size_t)1 << __ffs(iommu->pgsize_bitmap);
 	ret = -EINVAL;
-	if (!size || (iova | vaddr | size) & (pgsize - 1))
-		goto out;
-	/* The last byte may be the last address, but nothing may wrap. */
-	ret = -EOVERFLOW;
-	if (iova + size - 1 < iova || vaddr + size - 1 < vaddr)
+	if ((iova | vaddr | size) & (pgsize - 1))
 		goto out;
 
 	dma = fm_dma_find(iommu, iova, size);

@@ -108,10 +108,12 @@ int fm_pin_pages(void *iommu_data, struct iommu_group *iommu_group, dma_addr_t u
 	struct fm_group *group;
 	int i, ret;
 
-	if (!iommu || !pages)
+	if (!iommu || !pages || fm_compat_external_npage_bad(npage))
 		return -EINVAL;
 	if (!iommu->v2)
 		return -EACCES;
+	if (fm_compat_external_range_wraps(user_iova, npage))
+		return -EOVERFLOW;
 
 	mutex_lock(&iommu->lock);
 
@@ -176,6 +178,10 @@ void fm_unpin_pages(void *iommu_data, dma_addr_t user_iova, int npage)
 	struct fm_iommu *iommu = iommu_data;
 
 	if (!iommu->v2)
+		return;
+	/* As the kernel's stock type1 (compat.h): a device driver's bug. */
+	if (WARN_ON(fm_compat_external_npage_bad(npage) ||
+		    fm_compat_external_range_wraps(user_iova, npage)))
 		return;
 
 	mutex_lock(&iommu->lock);

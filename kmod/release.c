@@ -25,7 +25,7 @@ static void fm_unpin_range_dirty(struct page *page, unsigned long npage, bool di
 		unsigned long n = min(npage, FM_UNPIN_RANGE_MAX);
 
 		unpin_user_page_range_dirty_lock(page, n, dirty);
-		page = nth_page(page, n);
+		page = fm_compat_nth_page(page, n);
 		npage -= n;
 	}
 }

@@ -34,7 +34,11 @@
 #define EDU_BUF			0x40000ULL	/* the device's 4K buffer */
 #define EDU_IOVA_MAX		(1ULL << 28)	/* edu's default DMA mask */
 #define EDU_MAX_CNT		0xff0		/* never the buffer's last byte */
-#define EDU_BDF_TAG		"[00:05.0]"	/* how the DMAR fault names edu */
+/*
+ * How the DMAR fault record names edu: "[00:05.0]" up to 6.12,
+ * "[0000:00:05.0]" (with the PCI segment) on 7.x; this matches both.
+ */
+#define EDU_BDF_TAG		"00:05.0]"
 
 struct edu {
 	int dev;
@@ -228,7 +232,8 @@ static inline bool kmsg_wait(int fd, int ms, const char *n1, const char *n2, con
 
 /*
  * Intel IOMMU fault record for edu at the page of iova:
- * "DMAR: [DMA Write NO_PASID] Request device [00:05.0] fault addr 0x...".
+ * "DMAR: [DMA Write NO_PASID] Request device [00:05.0] fault addr 0x..."
+ * ("[0000:00:05.0]" on 7.x).
  * write: the device wrote memory (edu -> RAM).
  */
 static inline bool dmar_fault_seen(int kfd, uint64_t iova, bool write, int ms)

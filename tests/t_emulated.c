@@ -367,6 +367,28 @@ TEST(pin_invalid_args)
 	UNMAP_OK(e.c, IOVA_A, MSZ);
 }
 
+/*
+ * A range that wraps around the IOVA space: stock 7.x refuses it before
+ * looking at the mappings (-EOVERFLOW); 6.1 and 6.12 look its first page
+ * up and find no mapping there (-EINVAL). foliomap answers as the stock
+ * driver of its kernel.
+ */
+TEST(pin_wrapping_range)
+{
+	struct emu e;
+	uint64_t *p;
+
+	emu_v2(t, &e, false);
+	p = sig_mem(t, MSZ);
+	MAP_OK(e.c, IOVA_A, p, MSZ);
+	EXPECT_EQ(emu_pin(t, &e, 0xfffffffffffff000ULL, 2, IOMMU_R),
+		  th_stock_upstream_type1() ? -EOVERFLOW : -EINVAL);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(th_vmlck_kb(t), 0);
+	EXPECT_EQ(emu_stats(t, &e).records, 0);
+	UNMAP_OK(e.c, IOVA_A, MSZ);
+}
+
 /* A negative npage: vfio core compares it as unsigned with the maximum. */
 TEST(pin_negative_npage)
 {

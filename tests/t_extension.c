@@ -61,7 +61,7 @@ TEST_V12(extension_after_set_iommu)
 
 	EXPECT_EQ(ext(c, VFIO_TYPE1_IOMMU), 1);
 	EXPECT_EQ(ext(c, VFIO_TYPE1v2_IOMMU), 1);
-	EXPECT_EQ(ext(c, VFIO_TYPE1_NESTING_IOMMU), 1);
+	EXPECT_EQ(ext(c, VFIO_TYPE1_NESTING_IOMMU), th_nesting_extension());
 	EXPECT_EQ(ext(c, VFIO_UNMAP_ALL), 1);
 	EXPECT_EQ(ext(c, VFIO_UPDATE_VADDR), 1);
 	EXPECT_EQ(ext(c, VFIO_DMA_CC_IOMMU), cc);

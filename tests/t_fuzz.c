@@ -459,14 +459,17 @@ static int model_map(uint32_t argsz, uint32_t flags, uint64_t vaddr, uint64_t io
 	*wraps = false;
 	if (argsz < 32 || (flags & ~7u))
 		return -EINVAL;
-	if ((prot && set_vaddr) || (!prot && !set_vaddr))
-		return -EINVAL;
-	if (!size || ((size | iova | vaddr) & (PG - 1)))
+	/* upstream's (stock 7.x's) order: size, wrap, access, alignment */
+	if (!size)
 		return -EINVAL;
 	if (iova + size - 1 < iova || vaddr + size - 1 < vaddr) {
 		*wraps = true;
 		return -EINVAL;
 	}
+	if ((prot && set_vaddr) || (!prot && !set_vaddr))
+		return -EINVAL;
+	if ((size | iova | vaddr) & (PG - 1))
+		return -EINVAL;
 	i = model_find(iova, iova + size - 1);
 	if (set_vaddr) {
 		if (i < 0)

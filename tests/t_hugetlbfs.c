@@ -29,10 +29,10 @@
 #define EDU_SRC		0x100000ULL	/* IOVAs below edu's 28-bit DMA mask */
 #define EDU_HUGE	0x1000000ULL
 
-/* foliomap on 6.12: one pin per folio for a range starting in shared hugetlbfs */
+/* foliomap on 6.12 and 7.x: one pin per folio for a range starting in shared hugetlbfs */
 static bool folio_mode(void)
 {
-	return is_foliomap() && th_kernel_series() == 612;
+	return is_foliomap() && th_kernel_series() >= 612;
 }
 
 /* Pins a folio-mode mapping holds: nfolios in folio mode, npages otherwise. */

@@ -1,9 +1,11 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0-only
-# dkms-guest.sh ROOT TESTS -- guest side of tests/host/t_dkms (busybox sh),
-# in a guest booted with vm/run --backend none --share-at /:/host.
+# dkms-guest.sh ROOT TESTS -- guest side of tests/host/t_dkms and t_deb
+# (busybox sh), in a guest booted with vm/run --backend none and the system
+# root of the kernel (the host's /, or the Debian 13 build root) shared at
+# /host (--share-at).  ROOT and TESTS are paths in the guest.
 #
-# ROOT is a host directory prepared by t_dkms: ROOT/lib/modules/<rel>/ holds
+# ROOT is a directory prepared by t_dkms: ROOT/lib/modules/<rel>/ holds
 # the modules.* files that "make dkms-install" produced and the foliomap.ko
 # it installed (updates/dkms/); ROOT/etc/ the modprobe.d and modules-load.d
 # files it installed.  They are mounted where an installed system has them,
@@ -23,13 +25,13 @@ k=$(uname -r)
 mkdir -p /tmp/orig-modules
 mount -o bind "$h/lib/modules/$k" /tmp/orig-modules &&
 	mount -t tmpfs tmpfs "$h/lib/modules/$k" &&
-	cp -a "$h$root/lib/modules/$k/." "$h/lib/modules/$k/" &&
+	cp -a "$root/lib/modules/$k/." "$h/lib/modules/$k/" &&
 	mkdir -p "$h/lib/modules/$k/kernel" &&
 	mount -o bind /tmp/orig-modules/kernel "$h/lib/modules/$k/kernel" &&
-	mount -o bind "$h$root/etc/modprobe.d" "$h/etc/modprobe.d" ||
+	mount -o bind "$root/etc/modprobe.d" "$h/etc/modprobe.d" ||
 	{ echo "1..0 # SKIP cannot prepare the installed module tree"; exit 1; }
 mp() { chroot $h /sbin/modprobe "$@"; }
-serve() { "$h$tests/bin/fm_serve" 2>&1; }
+serve() { "$tests/bin/fm_serve" 2>&1; }
 n=0
 ok() { n=$((n + 1)); echo "ok $n $*"; }
 nok() { n=$((n + 1)); echo "not ok $n $*"; }
@@ -43,7 +45,7 @@ echo "1..8"
 check "before boot: no type1 driver loaded" sh -c '! [ -d /sys/module/vfio_iommu_type1 ] && ! [ -d /sys/module/foliomap ]'
 
 # Boot: what systemd-modules-load does with modules-load.d.
-for f in "$h$root"/etc/modules-load.d/*.conf; do
+for f in "$root"/etc/modules-load.d/*.conf; do
 	sed 's/#.*//' "$f" | while read -r m; do
 		[ -n "$m" ] || continue
 		echo "# boot: modprobe $m"
