@@ -249,6 +249,21 @@ static unsigned int fm_gup_flags(int prot)
 }
 
 /*
+ * GUP pinned nothing at @vaddr (@gup: 0 or -errno), with mmap_read_lock
+ * held: a VM_PFNMAP range gives its pfns to @b instead (fm_fill_pfnmap()).
+ */
+static long fm_batch_fill_not_gup(struct fm_batch *b, struct mm_struct *mm,
+				  unsigned long vaddr, unsigned long npage, int prot, long gup)
+{
+	long found = fm_fill_pfnmap(b, mm, vaddr, npage, prot & IOMMU_WRITE);
+
+	if (found)
+		return found;
+	b->pfnmap = false;
+	return gup ? gup : -EFAULT;
+}
+
+/*
  * Fill @b from up to @npage pages at @vaddr of @mm, with mmap_read_lock of
  * @mm held (fm_fill_pfnmap() may drop and retake it). Pages are pinned the
  * way stock type1 pins them: FOLL_LONGTERM (migrated out of ZONE_MOVABLE
@@ -261,7 +276,7 @@ static unsigned int fm_gup_flags(int prot)
 static long fm_batch_fill_locked(struct fm_batch *b, struct mm_struct *mm,
 				 unsigned long vaddr, unsigned long npage, int prot)
 {
-	long ret, found;
+	long ret;
 
 	fm_batch_reset(b);
 
@@ -271,11 +286,7 @@ static long fm_batch_fill_locked(struct fm_batch *b, struct mm_struct *mm,
 		fm_batch_pages_to_runs(b, ret);
 		return ret;
 	}
-	found = fm_fill_pfnmap(b, mm, vaddr, npage, prot & IOMMU_WRITE);
-	if (found)
-		return found;
-	b->pfnmap = false;
-	return ret ? ret : -EFAULT;
+	return fm_batch_fill_not_gup(b, mm, vaddr, npage, prot, ret);
 }
 
 /*
@@ -423,14 +434,27 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 	return n;
 }
 
+/*
+ * One page for pin_pages, pinned as the locked walk pins (or looked up in
+ * a VM_PFNMAP range): GUP writes the one page pointer straight here, and
+ * only what GUP refuses goes through a batch.
+ */
 int fm_pin_one(struct fm_dma *dma, unsigned long vaddr, unsigned long *pfn)
 {
 	struct fm_batch b __uninitialized;
+	struct page *page;
 	long ret;
 
-	fm_batch_init(&b, 1);
 	mmap_read_lock(dma->mm);
-	ret = fm_batch_fill_locked(&b, dma->mm, vaddr, 1, dma->prot);
+	ret = fm_compat_pin_user_pages_remote(dma->mm, vaddr, 1, fm_gup_flags(dma->prot),
+					      &page);
+	if (ret == 1) {
+		mmap_read_unlock(dma->mm);
+		*pfn = page_to_pfn(page);
+		return 0;
+	}
+	fm_batch_init(&b, 1);
+	ret = fm_batch_fill_not_gup(&b, dma->mm, vaddr, 1, dma->prot, ret);
 	mmap_read_unlock(dma->mm);
 	if (ret < 0)
 		return ret;
