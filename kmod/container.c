@@ -545,19 +545,21 @@ out_unlock:
 
 struct iommu_domain *fm_group_iommu_domain(void *iommu_data, struct iommu_group *iommu_group)
 {
+	struct iommu_domain *ret = ERR_PTR(-ENODEV);
 	struct fm_iommu *iommu = iommu_data;
 	struct fm_domain *domain;
 
 	if (!iommu || !iommu_group)
 		return ERR_PTR(-EINVAL);
 
+	/* Read under the lock: a detach frees the fm_domain. */
 	mutex_lock(&iommu->lock);
-	if (!fm_group_lookup(iommu, iommu_group, &domain))
-		domain = NULL;
+	if (fm_group_lookup(iommu, iommu_group, &domain) && domain)
+		ret = domain->domain;
 	mutex_unlock(&iommu->lock);
 
-	/* An emulated group has no IOMMU domain. */
-	return domain ? domain->domain : ERR_PTR(-ENODEV);
+	/* An emulated group has no IOMMU domain: -ENODEV. */
+	return ret;
 }
 
 #ifdef FM_HAVE_DRIVER_OPS_NOTIFY
