@@ -97,8 +97,7 @@ int fm_lock_acct(struct fm_dma *dma, long npage, bool async)
 	struct fm_owner who = fm_dma_owner(dma);
 	int ret;
 
-	/* A kthread using the mm (kthread_use_mm()) holds no user reference. */
-	if (async && dma->mm == current->mm && !(current->flags & PF_KTHREAD))
+	if (async && fm_dma_mm_held(dma))
 		async = false;
 
 	ret = fm_acct(&who, npage, async);

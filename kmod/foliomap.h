@@ -247,6 +247,15 @@ static inline struct fm_owner fm_dma_owner(const struct fm_dma *dma)
 	return (struct fm_owner){ .task = dma->task, .mm = dma->mm, .lock_cap = dma->lock_cap };
 }
 
+/*
+ * Does the caller hold a user reference on @dma's mm already? The mapping's
+ * own process does; a kthread using the mm (kthread_use_mm()) does not.
+ */
+static inline bool fm_dma_mm_held(const struct fm_dma *dma)
+{
+	return dma->mm == current->mm && !(current->flags & PF_KTHREAD);
+}
+
 struct fm_owner fm_owner_current(void);
 void fm_dma_set_owner(struct fm_dma *dma, const struct fm_owner *who);
 void fm_dma_put_owner(struct fm_dma *dma);

@@ -19,8 +19,7 @@ static int fm_pin_external(struct fm_dma *dma, dma_addr_t iova, unsigned long *p
 {
 	unsigned long vaddr = dma->vaddr + (iova - dma->iova);
 	bool charge = !dma->iommu_mapped;
-	/* The mapping's own process holds its mm already (a kthread does not). */
-	bool own_mm = dma->mm == current->mm && !(current->flags & PF_KTHREAD);
+	bool own_mm = fm_dma_mm_held(dma);
 	struct fm_vpfn *vpfn;
 	bool rsvd;
 	int ret;
