@@ -37,6 +37,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "vfio_util.h"
@@ -134,7 +135,26 @@ static uint64_t rng_next(uint64_t *s)
 /* ------------------------------------------------------------------ */
 /* memory */
 
-enum ft_kind { FT_THP, FT_ANON4K, FT_SHM4K, FT_MEMFD2M };
+enum ft_kind { FT_THP, FT_ANON4K, FT_SHM4K, FT_MEMFD2M, FT_COW_THP };
+
+/*
+ * Write-protect p's pages the way fork() does: a child that exits at once
+ * leaves every THP of the parent read-only until its next write fault.
+ */
+static int cow_protect(char *p, uint64_t size)
+{
+	uint64_t i;
+	pid_t pid;
+
+	for (i = 0; i < size; i += SZ_4K)
+		((volatile char *)p)[i] = 1;
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (!pid)
+		_exit(0);
+	return waitpid(pid, NULL, 0) < 0 ? -errno : 0;
+}
 
 /* size bytes of a kind, never touched; NULL with errno. */
 static char *ft_alloc(enum ft_kind kind, uint64_t size)
@@ -144,6 +164,7 @@ static char *ft_alloc(enum ft_kind kind, uint64_t size)
 
 	switch (kind) {
 	case FT_THP:
+	case FT_COW_THP:
 		return vu_thp_map(size);
 	case FT_ANON4K:
 		p = mmap(NULL, size, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -254,7 +275,11 @@ static int unmap_expect(int c, uint64_t iova, uint64_t size, uint32_t flags, uin
 /* ------------------------------------------------------------------ */
 /* rows */
 
-/* First touch: MAP_DMA faults the memory in; then UNMAP_DMA, munmap. */
+/*
+ * First touch: MAP_DMA faults the memory in; then UNMAP_DMA, munmap. cow-thp:
+ * the memory is written and write-protected by a fork first, so MAP_DMA
+ * takes a write fault per THP instead.
+ */
 static int step_ft(struct ctx *x, const struct row *r, double *v)
 {
 	uint64_t size = (uint64_t)x->o->ft_mib << 20;
@@ -268,7 +293,8 @@ static int step_ft(struct ctx *x, const struct row *r, double *v)
 			strerror(errno));
 		return -ENOMEM;
 	}
-	c = open_c(x, VFIO_TYPE1v2_IOMMU, &gfd);
+	err = r->arg == FT_COW_THP ? cow_protect(p, size) : 0;
+	c = err ? err : open_c(x, VFIO_TYPE1v2_IOMMU, &gfd);
 	if (c < 0) {
 		munmap(p, size);
 		return c;
@@ -652,6 +678,8 @@ static const struct row rows[] = {
 	   "first touch: private anon, MADV_NOHUGEPAGE (4K pages), never touched", 1),
 	FT(FT_SHM4K, "ft-shm4k", "first touch: MAP_SHARED anon (4K shmem), never touched", 1),
 	FT(FT_MEMFD2M, "ft-memfd2m", "first touch: 2M hugetlbfs memfd, never touched", 2),
+	FT(FT_COW_THP, "cow-thp",
+	   "THP memory written, then write-protected by a fork: MAP_DMA breaks CoW", 2),
 	{ "small-4k", "N x 4K MAP_DMA then N x UNMAP_DMA, pre-faulted 4K anon, per call",
 	  step_small, SZ_4K, 2, false, false, 2, { { "map", "us", true }, { "unmap", "us", true } } },
 	{ "small-64k", "N x 64K MAP_DMA then N x UNMAP_DMA, pre-faulted THP, per call",
