@@ -25,6 +25,12 @@
  * walk for a page or two, less from about this many pages on.
  */
 #define FM_FAST_MIN_PAGES	8
+/*
+ * Memory GUP-fast cannot pin (never touched, or write-protected by a
+ * fork) comes in long stretches: after a batch it could not pin, skip it
+ * for 1, 2, 4 ... up to this many batches before trying again.
+ */
+#define FM_FAST_BACKOFF_MAX	8
 /* PFNMAP lookups per batch: at most this many pages under one mmap_lock. */
 #define FM_PFNMAP_PAGES	(SZ_1G >> PAGE_SHIFT)
 /* Pages per memfd_pin_folios() batch, charged at once. */
@@ -373,16 +379,44 @@ static long fm_batch_pin_fast_locked(struct fm_batch *b, struct mm_struct *mm,
 }
 
 /*
+ * Should this batch try GUP-fast? A failed try costs a walk that stops at
+ * the first page and, inside pin_user_pages_fast(), an mmap_lock round
+ * trip of its own before the locked walk does the work.
+ */
+static bool fm_fast_wanted(struct fm_pinner *p, unsigned long npage)
+{
+	if (p->dma->folio_pins || npage < FM_FAST_MIN_PAGES)
+		return false;
+	if (p->fast_skip) {
+		p->fast_skip--;
+		return false;
+	}
+	return true;
+}
+
+/* What the try gave: back off further after a miss, reset after a hit. */
+static void fm_fast_result(struct fm_pinner *p, long n)
+{
+	if (n > 0) {
+		p->fast_backoff = 1;
+		return;
+	}
+	p->fast_skip = p->fast_backoff;
+	p->fast_backoff = min(p->fast_backoff * 2, FM_FAST_BACKOFF_MAX);
+}
+
+/*
  * Fill the pinner's batch from @vaddr, under one mmap_read_lock round trip.
  * GUP-fast pins first where it can (above); under the lock, the first fill
  * decides whether the dma has folio pins (filepin.c). A mapping with folio
  * pins takes what filepin.c can pin by folio and leaves the rest (absent
  * folios, other vmas) to GUP, whose pins are then brought to one per folio.
- * The locked walk pins what is left, the way stock pins.
+ * The locked walk pins what is left, the way stock pins. After a batch
+ * GUP-fast could not pin, the next ones skip it for a while (above).
  */
 long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npage)
 {
-	bool fast = !p->dma->folio_pins && npage >= FM_FAST_MIN_PAGES;
+	bool fast = fm_fast_wanted(p, npage);
 	bool write = p->dma->prot & IOMMU_WRITE;
 	struct fm_batch *b = &p->batch;
 	struct fm_dma *dma = p->dma;
@@ -408,6 +442,8 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 	} else if (fast && !dma->folio_pins) {
 		n = fm_batch_pin_fast_locked(b, p->mm, vma, vaddr, npage, dma->prot);
 	}
+	if (fast)
+		fm_fast_result(p, n);
 	if (n > 0) {
 		mmap_read_unlock(p->mm);
 		fm_batch_reset(b);

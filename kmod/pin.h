@@ -75,6 +75,9 @@ struct fm_pinner {
 	unsigned long		runs;		/* runs mapped so far */
 	bool			single;		/* disable_hugepages: a run a page */
 	bool			mode_known;	/* dma->folio_pins decided */
+	/* GUP-fast back-off (batch.c): batches left to skip, next skip */
+	unsigned int		fast_skip;
+	unsigned int		fast_backoff;
 };
 
 /*
@@ -98,6 +101,8 @@ static inline void fm_pinner_init(struct fm_pinner *p, struct fm_iommu *iommu,
 	p->runs = 0;
 	p->single = false;
 	p->mode_known = false;
+	p->fast_skip = 0;
+	p->fast_backoff = 1;
 }
 
 /* The IOVA of the first page after the open run: where the batch goes. */
