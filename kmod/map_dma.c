@@ -24,7 +24,9 @@ static int fm_map_new(struct fm_iommu *iommu, struct fm_dma *dma)
 	int ret;
 
 	fm_pinner_init(&p, iommu, dma, NULL);
+	fm_batch_init(&p.batch, dma->size >> PAGE_SHIFT);
 	ret = fm_pin_map_dma(&p);
+	fm_batch_fini(&p.batch);
 	dma->iommu_mapped = true;
 	if (ret) {
 		dma->size = p.run_iova - dma->iova;

@@ -50,9 +50,10 @@ static long fm_pin_batch(struct fm_pinner *p, unsigned long left)
 }
 
 /*
- * Pin, charge and map @p->dma from its start. Returns 0 with all of it
- * mapped, or -errno with [dma->iova, p->run_iova) mapped and everything
- * beyond released.
+ * Pin, charge and map @p->dma from its start, through @p->batch, which
+ * the caller set up (fm_batch_init()) and may use again for another dma.
+ * Returns 0 with all of it mapped, or -errno with [dma->iova, p->run_iova)
+ * mapped and everything beyond released.
  */
 int fm_pin_map_dma(struct fm_pinner *p)
 {
@@ -72,7 +73,6 @@ int fm_pin_map_dma(struct fm_pinner *p)
 	 */
 	dma->folio_pins = false;
 	p->mode_known = p->single || left <= FM_BATCH_INLINE;
-	fm_batch_init(&p->batch, left);
 
 	while (left) {
 		long n;
@@ -99,6 +99,5 @@ int fm_pin_map_dma(struct fm_pinner *p)
 		p->run_npage = 0;
 	}
 
-	fm_batch_fini(&p->batch);
 	return ret;
 }

@@ -83,7 +83,8 @@ struct fm_pinner {
 /*
  * Start a pinner over @dma, for every domain or only @target (replay).
  * Callers declare it __uninitialized and this sets every field but the
- * batch's (fm_batch_init()): the kernel's zeroed stack variables would
+ * batch's, which the caller sets up once (fm_batch_init()) for one dma or,
+ * in a replay, for all of them: the kernel's zeroed stack variables would
  * otherwise clear the batch's inline arrays, half a KiB, on every
  * MAP_DMA, and a small one only reads what it wrote there.
  */

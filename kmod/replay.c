@@ -73,21 +73,43 @@ static int fm_replay_copy(struct fm_domain *src, struct fm_domain *dst,
 	return 0;
 }
 
-/* Pin, charge and map a dma that only emulated groups knew so far. */
-static int fm_replay_pin(struct fm_iommu *iommu, struct fm_domain *dst,
+/*
+ * Pin, charge and map a dma that only emulated groups knew so far, through
+ * @p, whose batch serves every dma of the replay.
+ */
+static int fm_replay_pin(struct fm_iommu *iommu, struct fm_pinner *p, struct fm_domain *dst,
 			 struct fm_dma *dma, size_t *done)
 {
-	struct fm_pinner p __uninitialized;
+	bool own_mm = fm_dma_mm_held(dma);
 	int ret;
 
 	/* Pages come from the mapping's own address space, never current's. */
-	if (!mmget_not_zero(dma->mm))
+	if (!own_mm && !mmget_not_zero(dma->mm))
 		return -ESRCH;
-	fm_pinner_init(&p, iommu, dma, dst);
-	ret = fm_pin_map_dma(&p);
-	mmput(dma->mm);
-	*done = p.run_iova - dma->iova;
+	fm_pinner_init(p, iommu, dma, dst);
+	ret = fm_pin_map_dma(p);
+	if (!own_mm)
+		mmput(dma->mm);
+	*done = p->run_iova - dma->iova;
 	return ret;
+}
+
+/*
+ * The batch for the dmas a replay pins: sized for the largest of them,
+ * allocated once instead of once per dma. 0 pages: none to pin.
+ */
+static unsigned long fm_replay_pin_pages(struct fm_iommu *iommu)
+{
+	unsigned long most = 0;
+	struct rb_node *n;
+
+	for (n = rb_first(&iommu->dma_tree); n; n = rb_next(n)) {
+		struct fm_dma *dma = rb_entry(n, struct fm_dma, node);
+
+		if (!dma->iommu_mapped)
+			most = max_t(unsigned long, most, dma->size >> PAGE_SHIFT);
+	}
+	return most;
 }
 
 /* Remove from @dst the first @size bytes of @dma that the replay added. */
@@ -103,7 +125,9 @@ static void fm_replay_undo(struct fm_domain *dst, struct fm_dma *dma, size_t siz
 
 int fm_replay(struct fm_iommu *iommu, struct fm_domain *domain)
 {
+	struct fm_pinner p __uninitialized;
 	struct fm_domain *src = NULL, *d;
+	unsigned long pin_pages;
 	struct rb_node *n;
 	struct fm_dma *dma;
 	size_t done = 0;
@@ -116,20 +140,24 @@ int fm_replay(struct fm_iommu *iommu, struct fm_domain *domain)
 		}
 	}
 
+	pin_pages = fm_replay_pin_pages(iommu);
+	if (pin_pages)
+		fm_batch_init(&p.batch, pin_pages);
+
 	for (n = rb_first(&iommu->dma_tree); n; n = rb_next(n)) {
 		dma = rb_entry(n, struct fm_dma, node);
 		done = 0;
 		if (dma->iommu_mapped)
 			ret = fm_replay_copy(src, domain, dma, &done);
 		else
-			ret = fm_replay_pin(iommu, domain, dma, &done);
+			ret = fm_replay_pin(iommu, &p, domain, dma, &done);
 		if (ret)
 			goto unwind;
 	}
 
 	for (n = rb_first(&iommu->dma_tree); n; n = rb_next(n))
 		rb_entry(n, struct fm_dma, node)->iommu_mapped = true;
-	return 0;
+	goto out;
 
 unwind:
 	fm_replay_undo(domain, dma, done);
@@ -137,5 +165,8 @@ unwind:
 		dma = rb_entry(n, struct fm_dma, node);
 		fm_replay_undo(domain, dma, dma->size);
 	}
+out:
+	if (pin_pages)
+		fm_batch_fini(&p.batch);
 	return ret;
 }

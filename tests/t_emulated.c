@@ -574,6 +574,64 @@ TEST(attach_iommu_group_after_pins)
 }
 
 /*
+ * A replay pins the mappings that only emulated groups knew, of every
+ * size: a page, more than a small batch holds, more than a whole batch.
+ * Each is pinned and charged in full; over RLIMIT_MEMLOCK the attach
+ * fails and every mapping it pinned is released again.
+ */
+static void replay_sizes_body(struct th *t, bool over_limit)
+{
+	static const unsigned int pages[] = { 1, 20, 1500, 3 };
+	unsigned int i, total = 0, off = 0;
+	int groups[1], nfd;
+	uint64_t *p;
+	struct emu e;
+
+	for (i = 0; i < sizeof(pages) / sizeof(pages[0]); i++)
+		total += pages[i];
+	emu_v2(t, &e, false);
+	p = sig_mem(t, (size_t)total * SZ_4K);
+	/* A mapping keeps the CAP_IPC_LOCK its creator had: drop it first. */
+	if (over_limit) {
+		th_drop_ipc_lock(t);
+		th_set_memlock(t, (unsigned long long)(total - 1) * SZ_4K);
+	}
+	for (i = 0; i < sizeof(pages) / sizeof(pages[0]); off += pages[i++])
+		MAP_OK(e.c, IOVA_A + (uint64_t)off * SZ_4K, (char *)p + (size_t)off * SZ_4K,
+		       (size_t)pages[i] * SZ_4K);
+	EXPECT_PINS_VMLCK(0, 0);
+
+	th_e1000e_groups(t, groups, 1);
+	if (over_limit) {
+		EXPECT_EQ(vu_group_attach(e.c, groups[0]), -ENOMEM);
+		EXPECT_PINS_VMLCK(0, 0);
+	} else {
+		nfd = th_own_fd(t, vu_group_attach(e.c, groups[0]));
+		ASSERT_GE(nfd, 0);
+		EXPECT_PINS_VMLCK(total, KB(total));
+		/* the last page of the big mapping: pinned again, not charged */
+		ASSERT_EQ(emu_pin(t, &e, IOVA_A + (uint64_t)(1 + 20 + 1499) * SZ_4K, 1,
+				  IOMMU_R), 1);
+		EXPECT_PINS_VMLCK(total + 1, KB(total));
+		emu_unpin(t, &e, IOVA_A + (uint64_t)(1 + 20 + 1499) * SZ_4K, 1);
+		th_close(t, nfd);
+		EXPECT_PINS_VMLCK(0, 0);
+	}
+	UNMAP_OK(e.c, IOVA_A, (uint64_t)total * SZ_4K);
+	EXPECT_PINS_VMLCK(0, 0);
+}
+
+TEST(attach_replays_mappings_of_every_size)
+{
+	replay_sizes_body(t, false);
+}
+
+TEST(attach_replay_over_rlimit_unwinds)
+{
+	replay_sizes_body(t, true);
+}
+
+/*
  * Large folios: external pins inside 2M runs across a replay (attach) and a
  * reaccount (detach), for THP and hugetlbfs memory.
  */
