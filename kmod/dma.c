@@ -38,15 +38,31 @@ struct fm_dma *fm_dma_find(struct fm_iommu *iommu, dma_addr_t start, size_t size
 /*
  * Whether [iova, last] starts or ends inside a mapping, i.e. would split it:
  * v2 unmaps and dirty-bitmap queries may span mappings but never split one.
+ * @first is the lowest mapping overlapping the range (NULL if none), which
+ * the caller looked up anyway: the only one that can hold @iova, and the
+ * one holding @last unless the range spans several, so that a range of
+ * one mapping (a 4K unmap) costs no further descent of the tree.
  */
-bool fm_dma_range_splits(struct fm_iommu *iommu, dma_addr_t iova, dma_addr_t last)
+bool fm_dma_range_splits_at(struct fm_iommu *iommu, struct rb_node *first,
+			    dma_addr_t iova, dma_addr_t last)
 {
-	struct fm_dma *dma = fm_dma_find(iommu, iova, 1);
+	struct fm_dma *dma = first ? rb_entry(first, struct fm_dma, node) : NULL;
 
-	if (dma && dma->iova != iova)
+	if (!dma)
+		return false;
+	if (dma->iova < iova)
 		return true;
+	if (fm_dma_last(dma) >= last)
+		return fm_dma_last(dma) != last;
 	dma = fm_dma_find(iommu, last, 1);
 	return dma && fm_dma_last(dma) != last;
+}
+
+bool fm_dma_range_splits(struct fm_iommu *iommu, dma_addr_t iova, dma_addr_t last)
+{
+	return fm_dma_range_splits_at(iommu, fm_dma_find_first_node(iommu, iova,
+								     last - iova + 1),
+				      iova, last);
 }
 
 /*

@@ -200,6 +200,8 @@ extern const struct vfio_iommu_driver_ops fm_driver_ops;
 /* dma.c: the tree of mappings */
 struct fm_dma *fm_dma_find(struct fm_iommu *iommu, dma_addr_t start, size_t size);
 bool fm_dma_range_splits(struct fm_iommu *iommu, dma_addr_t iova, dma_addr_t last);
+bool fm_dma_range_splits_at(struct fm_iommu *iommu, struct rb_node *first,
+			    dma_addr_t iova, dma_addr_t last);
 struct rb_node *fm_dma_find_first_node(struct fm_iommu *iommu, dma_addr_t start,
 				       size_t size);
 void fm_dma_link(struct fm_iommu *iommu, struct fm_dma *dma);

@@ -8,12 +8,13 @@
  */
 #include "foliomap.h"
 
-/* The first mapping an unmap request acts on. */
-static struct rb_node *fm_unmap_first(struct fm_iommu *iommu, dma_addr_t iova,
-				      u64 size, bool all)
+/*
+ * The first mapping an unmap request acts on, from @n, the lowest one the
+ * range overlaps.
+ */
+static struct rb_node *fm_unmap_first(struct fm_iommu *iommu, struct rb_node *n,
+				      dma_addr_t iova)
 {
-	struct rb_node *n = fm_dma_find_first_node(iommu, iova, all ? 0 : size);
-
 	/*
 	 * v1 compatibility: a request that starts inside a mapping unmaps
 	 * nothing and succeeds with size 0.
@@ -114,11 +115,12 @@ again:
 		goto out;
 
 	/* v2 never splits a mapping: the range must start and end on edges. */
-	if (iommu->v2 && !all && fm_dma_range_splits(iommu, iova, last))
+	first = fm_dma_find_first_node(iommu, iova, all ? 0 : size);
+	if (iommu->v2 && !all && fm_dma_range_splits_at(iommu, first, iova, last))
 		goto out;
 
 	ret = 0;
-	first = fm_unmap_first(iommu, iova, size, all);
+	first = fm_unmap_first(iommu, first, iova);
 	if (invalidate) {
 		ret = fm_invalidate_vaddr(iommu, first, last, &unmapped);
 		goto out;
