@@ -402,7 +402,7 @@ static void fm_fast_result(struct fm_pinner *p, long n)
 		return;
 	}
 	p->fast_skip = p->fast_backoff;
-	p->fast_backoff = min(p->fast_backoff * 2, FM_FAST_BACKOFF_MAX);
+	p->fast_backoff = min_t(unsigned int, p->fast_backoff * 2, FM_FAST_BACKOFF_MAX);
 }
 
 /*
