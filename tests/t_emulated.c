@@ -576,11 +576,14 @@ TEST(attach_iommu_group_after_pins)
 /*
  * A replay pins the mappings that only emulated groups knew, of every
  * size: a page, more than a small batch holds, more than a whole batch.
- * Each is pinned and charged in full; over RLIMIT_MEMLOCK the attach
- * fails and every mapping it pinned is released again.
+ * Each is pinned and charged in full. With RLIMIT_MEMLOCK at @limit pages
+ * (0: none) the attach fails and every mapping it pinned is released
+ * again: at the last mapping (limit one page short), or in the middle of
+ * the 1500-page one, part of which is mapped by then.
  */
-static void replay_sizes_body(struct th *t, bool over_limit)
+static void replay_sizes_body(struct th *t, unsigned int limit)
 {
+	bool over_limit = limit;
 	static const unsigned int pages[] = { 1, 20, 1500, 3 };
 	unsigned int i, total = 0, off = 0;
 	int groups[1], nfd;
@@ -594,7 +597,7 @@ static void replay_sizes_body(struct th *t, bool over_limit)
 	/* A mapping keeps the CAP_IPC_LOCK its creator had: drop it first. */
 	if (over_limit) {
 		th_drop_ipc_lock(t);
-		th_set_memlock(t, (unsigned long long)(total - 1) * SZ_4K);
+		th_set_memlock(t, (unsigned long long)limit * SZ_4K);
 	}
 	for (i = 0; i < sizeof(pages) / sizeof(pages[0]); off += pages[i++])
 		MAP_OK(e.c, IOVA_A + (uint64_t)off * SZ_4K, (char *)p + (size_t)off * SZ_4K,
@@ -623,12 +626,17 @@ static void replay_sizes_body(struct th *t, bool over_limit)
 
 TEST(attach_replays_mappings_of_every_size)
 {
-	replay_sizes_body(t, false);
+	replay_sizes_body(t, 0);
 }
 
 TEST(attach_replay_over_rlimit_unwinds)
 {
-	replay_sizes_body(t, true);
+	replay_sizes_body(t, 1 + 20 + 1500 + 3 - 1);
+}
+
+TEST(attach_replay_over_rlimit_mid_mapping_unwinds)
+{
+	replay_sizes_body(t, 1100);
 }
 
 /*

@@ -191,6 +191,8 @@ static int ctx_buffers(struct ctx *x)
 		x->big = ft_alloc(FT_THP, x->big_size);
 		if (!x->big)
 			return -errno;
+		/* As QEMU's guest RAM: cow-thp's fork must not write-protect it. */
+		madvise(x->big, x->big_size, MADV_DONTFORK);
 		for (i = 0; i < x->big_size; i += SZ_4K)
 			((volatile char *)x->big)[i] = 1;
 	}
@@ -198,6 +200,7 @@ static int ctx_buffers(struct ctx *x)
 		x->small = ft_alloc(FT_ANON4K, x->small_pages * SZ_4K);
 		if (!x->small)
 			return -errno;
+		madvise(x->small, x->small_pages * SZ_4K, MADV_DONTFORK);
 		for (i = 0; i < x->small_pages; i++)
 			((volatile char *)x->small)[i * SZ_4K] = 1;
 	}
