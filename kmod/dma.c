@@ -98,21 +98,39 @@ struct rb_node *fm_dma_find_first_node(struct fm_iommu *iommu, dma_addr_t start,
 	return found;
 }
 
-/* The caller has checked that @dma overlaps nothing already in the tree. */
-void fm_dma_link(struct fm_iommu *iommu, struct fm_dma *dma)
+/*
+ * Find where a new mapping of [iova, iova + size) goes, in the descent that
+ * also looks for a mapping it would overlap: false if there is one. The
+ * descent passes both tree neighbours of the new start, the mapping
+ * before it (which may reach into the range) and the one after (the first
+ * that may start inside it), so it meets any mapping the range overlaps.
+ * The slot stays valid while iommu->lock is held.
+ */
+bool fm_dma_find_slot(struct fm_iommu *iommu, dma_addr_t iova, size_t size,
+		      struct fm_dma_slot *slot)
 {
-	struct rb_node **link = &iommu->dma_tree.rb_node, *parent = NULL;
+	dma_addr_t last = iova + size - 1;
 
-	while (*link) {
-		struct fm_dma *cur = rb_entry(*link, struct fm_dma, node);
+	slot->link = &iommu->dma_tree.rb_node;
+	slot->parent = NULL;
+	while (*slot->link) {
+		struct fm_dma *cur = rb_entry(*slot->link, struct fm_dma, node);
 
-		parent = *link;
-		if (dma->iova < cur->iova)
-			link = &parent->rb_left;
+		if (cur->iova <= last && fm_dma_last(cur) >= iova)
+			return false;
+		slot->parent = *slot->link;
+		if (iova < cur->iova)
+			slot->link = &slot->parent->rb_left;
 		else
-			link = &parent->rb_right;
+			slot->link = &slot->parent->rb_right;
 	}
-	rb_link_node(&dma->node, parent, link);
+	return true;
+}
+
+/* Link @dma at @slot, which fm_dma_find_slot() gave for its range. */
+void fm_dma_link(struct fm_iommu *iommu, struct fm_dma *dma, struct fm_dma_slot *slot)
+{
+	rb_link_node(&dma->node, slot->parent, slot->link);
 	rb_insert_color(&dma->node, &iommu->dma_tree);
 }
 

@@ -204,7 +204,14 @@ bool fm_dma_range_splits_at(struct fm_iommu *iommu, struct rb_node *first,
 			    dma_addr_t iova, dma_addr_t last);
 struct rb_node *fm_dma_find_first_node(struct fm_iommu *iommu, dma_addr_t start,
 				       size_t size);
-void fm_dma_link(struct fm_iommu *iommu, struct fm_dma *dma);
+struct fm_dma_slot {
+	struct rb_node	**link;
+	struct rb_node	*parent;
+};
+
+bool fm_dma_find_slot(struct fm_iommu *iommu, dma_addr_t iova, size_t size,
+		      struct fm_dma_slot *slot);
+void fm_dma_link(struct fm_iommu *iommu, struct fm_dma *dma, struct fm_dma_slot *slot);
 void fm_dma_unlink(struct fm_iommu *iommu, struct fm_dma *dma);
 
 /*

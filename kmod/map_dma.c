@@ -86,6 +86,7 @@ int fm_do_map(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_map *map)
 	dma_addr_t iova = map->iova;
 	unsigned long vaddr = map->vaddr;
 	size_t size = map->size;
+	struct fm_dma_slot slot;
 	struct fm_owner owner;
 	struct fm_dma *dma;
 	size_t pgsize;
@@ -117,13 +118,12 @@ int fm_do_map(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_map *map)
 	if ((iova | vaddr | size) & (pgsize - 1))
 		goto out;
 
-	dma = fm_dma_find(iommu, iova, size);
 	if (set_vaddr) {
-		ret = fm_set_vaddr(iommu, dma, iova, size, vaddr);
+		ret = fm_set_vaddr(iommu, fm_dma_find(iommu, iova, size), iova, size, vaddr);
 		goto out;
 	}
 	ret = -EEXIST;
-	if (dma)
+	if (!fm_dma_find_slot(iommu, iova, size, &slot))
 		goto out;
 	ret = -ENOSPC;
 	if (!iommu->dma_avail)
@@ -149,7 +149,7 @@ int fm_do_map(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_map *map)
 	 */
 	owner = fm_owner_current();
 	fm_dma_set_owner(dma, &owner);
-	fm_dma_link(iommu, dma);
+	fm_dma_link(iommu, dma, &slot);
 
 	if (iommu->dirty_page_tracking) {
 		ret = fm_dirty_bitmap_alloc(dma, pgsize);
