@@ -31,6 +31,19 @@ static void fm_unpin_range_dirty(struct page *page, unsigned long npage, bool di
 }
 
 /*
+ * The common case of a release: no reserved pfns and a pin per page, so
+ * one call and one refcount drop per folio. False: take the long way.
+ */
+static __always_inline bool fm_release_plain(struct fm_dma *dma, unsigned long pfn,
+					     unsigned long npage)
+{
+	if (dma->has_rsvd || dma->folio_pins)
+		return false;
+	fm_unpin_range_dirty(pfn_to_page(pfn), npage, dma->prot & IOMMU_WRITE);
+	return true;
+}
+
+/*
  * Unpin one physically contiguous run. Adds to @uncharge the pages whose
  * charge is released: those unpinned, less the externally pinned ones,
  * which stay charged for as long as their external pin lives (@vpfns:
@@ -43,9 +56,7 @@ long fm_release_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
 	long unpinned = 0, external = 0;
 	unsigned long i;
 
-	/* The common case: one call, one refcount drop per folio. */
-	if (!dma->has_rsvd && !dma->folio_pins) {
-		fm_unpin_range_dirty(pfn_to_page(pfn), npage, dirty);
+	if (fm_release_plain(dma, pfn, npage)) {
 		*uncharge += npage - (vpfns ? fm_vpfn_count(dma, iova, npage) : 0);
 		return npage;
 	}
@@ -110,9 +121,13 @@ long fm_unpin_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
 void fm_unpin_external_page(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
 			    bool do_accounting)
 {
-	long uncharge = 0;
+	long uncharge = 1;
 
-	fm_release_run(dma, iova, pfn, 1, &uncharge, false);
+	/* unpin_pages comes here once per page: no detour for the common case. */
+	if (!fm_release_plain(dma, pfn, 1)) {
+		uncharge = 0;
+		fm_release_run(dma, iova, pfn, 1, &uncharge, false);
+	}
 	if (do_accounting)
 		fm_lock_acct(dma, -uncharge, true);
 }
