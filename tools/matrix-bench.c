@@ -138,17 +138,14 @@ static uint64_t rng_next(uint64_t *s)
 enum ft_kind { FT_THP, FT_ANON4K, FT_SHM4K, FT_MEMFD2M, FT_COW_THP };
 
 /*
- * Write-protect p's pages the way fork() does: a child that exits at once
- * leaves every THP of the parent read-only until its next write fault.
+ * Write-protect the private anonymous memory of this process the way
+ * fork() does: a child that exits at once leaves every THP of the parent
+ * read-only until its next write fault (but for MADV_DONTFORK memory).
  */
-static int cow_protect(char *p, uint64_t size)
+static int cow_protect(void)
 {
-	uint64_t i;
-	pid_t pid;
+	pid_t pid = fork();
 
-	for (i = 0; i < size; i += SZ_4K)
-		((volatile char *)p)[i] = 1;
-	pid = fork();
 	if (pid < 0)
 		return -errno;
 	if (!pid)
@@ -156,7 +153,10 @@ static int cow_protect(char *p, uint64_t size)
 	return waitpid(pid, NULL, 0) < 0 ? -errno : 0;
 }
 
-/* size bytes of a kind, never touched; NULL with errno. */
+/*
+ * size bytes of a kind, never touched (cow-thp's: written, to be
+ * write-protected by cow_protect()); NULL with errno.
+ */
 static char *ft_alloc(enum ft_kind kind, uint64_t size)
 {
 	int prot = PROT_READ | PROT_WRITE;
@@ -164,8 +164,9 @@ static char *ft_alloc(enum ft_kind kind, uint64_t size)
 
 	switch (kind) {
 	case FT_THP:
-	case FT_COW_THP:
 		return vu_thp_map(size);
+	case FT_COW_THP:
+		return vu_mem_alloc(VU_MEM_THP, size);
 	case FT_ANON4K:
 		p = mmap(NULL, size, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (p == MAP_FAILED)
@@ -188,13 +189,11 @@ static int ctx_buffers(struct ctx *x)
 
 	if (!x->big) {
 		x->big_size = (uint64_t)x->o->big_mib << 20;
-		x->big = ft_alloc(FT_THP, x->big_size);
+		x->big = vu_mem_alloc(VU_MEM_THP, x->big_size);
 		if (!x->big)
 			return -errno;
 		/* As QEMU's guest RAM: cow-thp's fork must not write-protect it. */
 		madvise(x->big, x->big_size, MADV_DONTFORK);
-		for (i = 0; i < x->big_size; i += SZ_4K)
-			((volatile char *)x->big)[i] = 1;
 	}
 	if (!x->small) {
 		x->small = ft_alloc(FT_ANON4K, x->small_pages * SZ_4K);
@@ -296,7 +295,7 @@ static int step_ft(struct ctx *x, const struct row *r, double *v)
 			strerror(errno));
 		return -ENOMEM;
 	}
-	err = r->arg == FT_COW_THP ? cow_protect(p, size) : 0;
+	err = r->arg == FT_COW_THP ? cow_protect() : 0;
 	c = err ? err : open_c(x, VFIO_TYPE1v2_IOMMU, &gfd);
 	if (c < 0) {
 		munmap(p, size);
