@@ -581,17 +581,29 @@ TEST(attach_iommu_group_after_pins)
  * again: at the last mapping (limit one page short), or in the middle of
  * the 1500-page one, part of which is mapped by then.
  */
+static const unsigned int replay_pages[] = { 1, 20, 1500, 3 };
+#define REPLAY_MAPS	(sizeof(replay_pages) / sizeof(replay_pages[0]))
+
+static unsigned int replay_total(void)
+{
+	unsigned int i, total = 0;
+
+	for (i = 0; i < REPLAY_MAPS; i++)
+		total += replay_pages[i];
+	return total;
+}
+
 static void replay_sizes_body(struct th *t, unsigned int limit)
 {
+	const unsigned int *pages = replay_pages;
+	/* the last page of the 1500-page mapping */
+	uint64_t big_last = IOVA_A + (uint64_t)(pages[0] + pages[1] + pages[2] - 1) * SZ_4K;
+	unsigned int i, total = replay_total(), off = 0;
 	bool over_limit = limit;
-	static const unsigned int pages[] = { 1, 20, 1500, 3 };
-	unsigned int i, total = 0, off = 0;
 	int groups[1], nfd;
 	uint64_t *p;
 	struct emu e;
 
-	for (i = 0; i < sizeof(pages) / sizeof(pages[0]); i++)
-		total += pages[i];
 	emu_v2(t, &e, false);
 	p = sig_mem(t, (size_t)total * SZ_4K);
 	/* A mapping keeps the CAP_IPC_LOCK its creator had: drop it first. */
@@ -599,7 +611,7 @@ static void replay_sizes_body(struct th *t, unsigned int limit)
 		th_drop_ipc_lock(t);
 		th_set_memlock(t, (unsigned long long)limit * SZ_4K);
 	}
-	for (i = 0; i < sizeof(pages) / sizeof(pages[0]); off += pages[i++])
+	for (i = 0; i < REPLAY_MAPS; off += pages[i++])
 		MAP_OK(e.c, IOVA_A + (uint64_t)off * SZ_4K, (char *)p + (size_t)off * SZ_4K,
 		       (size_t)pages[i] * SZ_4K);
 	EXPECT_PINS_VMLCK(0, 0);
@@ -612,11 +624,10 @@ static void replay_sizes_body(struct th *t, unsigned int limit)
 		nfd = th_own_fd(t, vu_group_attach(e.c, groups[0]));
 		ASSERT_GE(nfd, 0);
 		EXPECT_PINS_VMLCK(total, KB(total));
-		/* the last page of the big mapping: pinned again, not charged */
-		ASSERT_EQ(emu_pin(t, &e, IOVA_A + (uint64_t)(1 + 20 + 1499) * SZ_4K, 1,
-				  IOMMU_R), 1);
+		/* pinned again, not charged */
+		ASSERT_EQ(emu_pin(t, &e, big_last, 1, IOMMU_R), 1);
 		EXPECT_PINS_VMLCK(total + 1, KB(total));
-		emu_unpin(t, &e, IOVA_A + (uint64_t)(1 + 20 + 1499) * SZ_4K, 1);
+		emu_unpin(t, &e, big_last, 1);
 		th_close(t, nfd);
 		EXPECT_PINS_VMLCK(0, 0);
 	}
@@ -631,7 +642,7 @@ TEST(attach_replays_mappings_of_every_size)
 
 TEST(attach_replay_over_rlimit_unwinds)
 {
-	replay_sizes_body(t, 1 + 20 + 1500 + 3 - 1);
+	replay_sizes_body(t, replay_total() - 1);
 }
 
 TEST(attach_replay_over_rlimit_mid_mapping_unwinds)
