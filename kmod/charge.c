@@ -50,12 +50,6 @@ void fm_dma_set_owner(struct fm_dma *dma, const struct fm_owner *who)
 	dma->lock_cap = who->lock_cap;
 }
 
-void fm_dma_put_owner(struct fm_dma *dma)
-{
-	put_task_struct(dma->task);
-	mmdrop(dma->mm);
-}
-
 /*
  * Charge (npage > 0) or release (npage < 0) @npage pages of @who's locked
  * memory. A charge may fail: over the rlimit (-ENOMEM), or on a fatal
@@ -63,7 +57,7 @@ void fm_dma_put_owner(struct fm_dma *dma)
  * the caller holds no reference on the mm, which may be gone (-ESRCH:
  * nothing left to release).
  */
-int fm_acct(const struct fm_owner *who, long npage, bool get_mm)
+static __always_inline int fm_acct_owner(const struct fm_owner *who, long npage, bool get_mm)
 {
 	int ret = 0;
 
@@ -87,6 +81,11 @@ int fm_acct(const struct fm_owner *who, long npage, bool get_mm)
 	return ret;
 }
 
+int fm_acct(const struct fm_owner *who, long npage, bool get_mm)
+{
+	return fm_acct_owner(who, npage, get_mm);
+}
+
 /*
  * fm_acct() for @dma's owner, keeping dma->locked_vm. @async: the caller
  * may run outside that mm and holds no reference (its own mm, as when a
@@ -100,7 +99,8 @@ int fm_lock_acct(struct fm_dma *dma, long npage, bool async)
 	if (async && fm_dma_mm_held(dma))
 		async = false;
 
-	ret = fm_acct(&who, npage, async);
+	/* Inline: every unmap comes here. */
+	ret = fm_acct_owner(&who, npage, async);
 	if (!ret)
 		dma->locked_vm += npage;
 	return ret;

@@ -39,14 +39,6 @@ int fm_dirty_bitmap_alloc(struct fm_dma *dma, size_t pgsize)
 	return dma->bitmap ? 0 : -ENOMEM;
 }
 
-void fm_dirty_bitmap_free(struct fm_dma *dma)
-{
-	if (!dma->bitmap)
-		return;
-	kvfree(dma->bitmap);
-	dma->bitmap = NULL;
-}
-
 /* Pages pinned by emulated devices are dirty until they are unpinned. */
 static void fm_dirty_populate(struct fm_dma *dma, unsigned long pgshift)
 {

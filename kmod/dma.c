@@ -8,11 +8,6 @@
  */
 #include "foliomap.h"
 
-static inline dma_addr_t fm_dma_last(const struct fm_dma *dma)
-{
-	return dma->iova + dma->size - 1;
-}
-
 /*
  * Any mapping that overlaps [start, start + size). A size of 0 is taken as
  * 1 so that a lookup of a single address works either way.
@@ -33,29 +28,6 @@ struct fm_dma *fm_dma_find(struct fm_iommu *iommu, dma_addr_t start, size_t size
 			return dma;
 	}
 	return NULL;
-}
-
-/*
- * Whether [iova, last] starts or ends inside a mapping, i.e. would split it:
- * v2 unmaps and dirty-bitmap queries may span mappings but never split one.
- * @first is the lowest mapping overlapping the range (NULL if none), which
- * the caller looked up anyway: the only one that can hold @iova, and the
- * one holding @last unless the range spans several, so that a range of
- * one mapping (a 4K unmap) costs no further descent of the tree.
- */
-bool fm_dma_range_splits_at(struct fm_iommu *iommu, struct rb_node *first,
-			    dma_addr_t iova, dma_addr_t last)
-{
-	struct fm_dma *dma = first ? rb_entry(first, struct fm_dma, node) : NULL;
-
-	if (!dma)
-		return false;
-	if (dma->iova < iova)
-		return true;
-	if (fm_dma_last(dma) >= last)
-		return fm_dma_last(dma) != last;
-	dma = fm_dma_find(iommu, last, 1);
-	return dma && fm_dma_last(dma) != last;
 }
 
 bool fm_dma_range_splits(struct fm_iommu *iommu, dma_addr_t iova, dma_addr_t last)
@@ -132,9 +104,4 @@ void fm_dma_link(struct fm_iommu *iommu, struct fm_dma *dma, struct fm_dma_slot 
 {
 	rb_link_node(&dma->node, slot->parent, slot->link);
 	rb_insert_color(&dma->node, &iommu->dma_tree);
-}
-
-void fm_dma_unlink(struct fm_iommu *iommu, struct fm_dma *dma)
-{
-	rb_erase(&dma->node, &iommu->dma_tree);
 }

@@ -33,6 +33,9 @@
 #include <linux/mutex.h>
 #include <linux/rbtree.h>
 #include <linux/sched.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/task.h>
+#include <linux/slab.h>
 #include <linux/types.h>
 #include <linux/vfio.h>
 
@@ -197,13 +200,41 @@ static inline unsigned long fm_folio_segment(unsigned long pfn, unsigned long n)
 /* main.c */
 extern const struct vfio_iommu_driver_ops fm_driver_ops;
 
-/* dma.c: the tree of mappings */
+/* dma.c: the tree of mappings, compared by last byte (iova + size may wrap) */
+static inline dma_addr_t fm_dma_last(const struct fm_dma *dma)
+{
+	return dma->iova + dma->size - 1;
+}
+
 struct fm_dma *fm_dma_find(struct fm_iommu *iommu, dma_addr_t start, size_t size);
 bool fm_dma_range_splits(struct fm_iommu *iommu, dma_addr_t iova, dma_addr_t last);
-bool fm_dma_range_splits_at(struct fm_iommu *iommu, struct rb_node *first,
-			    dma_addr_t iova, dma_addr_t last);
 struct rb_node *fm_dma_find_first_node(struct fm_iommu *iommu, dma_addr_t start,
 				       size_t size);
+
+/*
+ * Whether [iova, last] starts or ends inside a mapping, i.e. would split it:
+ * v2 unmaps and dirty-bitmap queries may span mappings but never split one.
+ * @first is the lowest mapping overlapping the range (NULL if none), which
+ * the caller looked up anyway: the only one that can hold @iova, and the
+ * one holding @last unless the range spans several, so that a range of
+ * one mapping (a 4K unmap) costs no further descent of the tree (nor a
+ * call: inline).
+ */
+static inline bool fm_dma_range_splits_at(struct fm_iommu *iommu, struct rb_node *first,
+					  dma_addr_t iova, dma_addr_t last)
+{
+	struct fm_dma *dma = first ? rb_entry(first, struct fm_dma, node) : NULL;
+
+	if (!dma)
+		return false;
+	if (dma->iova < iova)
+		return true;
+	if (fm_dma_last(dma) >= last)
+		return fm_dma_last(dma) != last;
+	dma = fm_dma_find(iommu, last, 1);
+	return dma && fm_dma_last(dma) != last;
+}
+
 struct fm_dma_slot {
 	struct rb_node	**link;
 	struct rb_node	*parent;
@@ -212,7 +243,11 @@ struct fm_dma_slot {
 bool fm_dma_find_slot(struct fm_iommu *iommu, dma_addr_t iova, size_t size,
 		      struct fm_dma_slot *slot);
 void fm_dma_link(struct fm_iommu *iommu, struct fm_dma *dma, struct fm_dma_slot *slot);
-void fm_dma_unlink(struct fm_iommu *iommu, struct fm_dma *dma);
+
+static inline void fm_dma_unlink(struct fm_iommu *iommu, struct fm_dma *dma)
+{
+	rb_erase(&dma->node, &iommu->dma_tree);
+}
 
 /*
  * iova.c: usable IOVA ranges (aperture minus reserved regions). All but the
@@ -240,9 +275,26 @@ int fm_do_map(struct fm_iommu *iommu, struct vfio_iommu_type1_dma_map *map);
 int fm_replay(struct fm_iommu *iommu, struct fm_domain *domain);
 /* batch.c: one pfn of dma->mm for pin_pages; the caller holds a reference on the mm. */
 int fm_pin_one(struct fm_dma *dma, unsigned long vaddr, unsigned long *pfn);
-/* record.c: the run record. Covers exactly the first @size bytes of @dma? */
-bool fm_rec_covers(struct fm_dma *dma, size_t size);
-void fm_rec_free(struct fm_dma *dma);
+/*
+ * record.c: the run record. Inline, as every unmap asks and frees: does it
+ * cover exactly the first @size bytes of @dma?
+ */
+static inline bool fm_rec_covers(const struct fm_dma *dma, size_t size)
+{
+	return dma->rec && !dma->rec_dropped && size &&
+	       (size_t)dma->rec_pages << PAGE_SHIFT == size;
+}
+
+static inline void fm_rec_free(struct fm_dma *dma)
+{
+	if (dma->rec && dma->rec != &dma->rec_one)
+		kvfree(dma->rec);
+	dma->rec = NULL;
+	dma->rec_nr = 0;
+	dma->rec_max = 0;
+	dma->rec_pages = 0;
+	dma->rec_dropped = false;
+}
 
 /* charge.c: locked memory and its owner */
 struct fm_owner {
@@ -267,7 +319,14 @@ static inline bool fm_dma_mm_held(const struct fm_dma *dma)
 
 struct fm_owner fm_owner_current(void);
 void fm_dma_set_owner(struct fm_dma *dma, const struct fm_owner *who);
-void fm_dma_put_owner(struct fm_dma *dma);
+
+/* The references fm_dma_set_owner() took. */
+static inline void fm_dma_put_owner(struct fm_dma *dma)
+{
+	put_task_struct(dma->task);
+	mmdrop(dma->mm);
+}
+
 int fm_acct(const struct fm_owner *who, long npage, bool get_mm);
 int fm_lock_acct(struct fm_dma *dma, long npage, bool async);
 
@@ -303,8 +362,8 @@ unsigned long fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *dom
 void fm_unmap_unpin_all(struct fm_iommu *iommu);
 void fm_unmap_unpin_reaccount(struct fm_iommu *iommu);
 /* release.c: unpin runs the IOMMU no longer maps, hand their charge back */
-long fm_release_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
-		    unsigned long npage, long *uncharge, bool vpfns);
+long fm_release_run_folios(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
+			   unsigned long npage, long *uncharge, bool vpfns);
 long fm_unpin_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
 		  unsigned long npage, bool do_accounting);
 void fm_unpin_external_page(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
@@ -315,7 +374,15 @@ void fm_unpin_external_page(struct fm_dma *dma, dma_addr_t iova, unsigned long p
  * dma_rw.c, devices.c (registration, the dma_unmap callbacks)
  */
 struct fm_vpfn *fm_vpfn_find(struct fm_dma *dma, dma_addr_t iova);
-unsigned long fm_vpfn_count(struct fm_dma *dma, dma_addr_t iova, unsigned long npage);
+unsigned long fm_vpfn_count_tree(struct fm_dma *dma, dma_addr_t iova, unsigned long npage);
+
+/* Pages of [iova, +npage) that emulated devices pin: most mappings have none. */
+static inline unsigned long fm_vpfn_count(struct fm_dma *dma, dma_addr_t iova,
+					  unsigned long npage)
+{
+	return RB_EMPTY_ROOT(&dma->pfn_list) ? 0 : fm_vpfn_count_tree(dma, iova, npage);
+}
+
 void fm_vpfn_link(struct fm_dma *dma, struct fm_vpfn *new);
 int fm_pin_pages(void *iommu_data, struct iommu_group *group, dma_addr_t user_iova,
 		 int npage, int prot, struct page **pages);
@@ -325,6 +392,47 @@ int fm_dma_rw(void *iommu_data, dma_addr_t user_iova, void *data, size_t count,
 void fm_register_device(void *iommu_data, struct vfio_device *vdev);
 void fm_unregister_device(void *iommu_data, struct vfio_device *vdev);
 void fm_notify_dma_unmap(struct fm_iommu *iommu, dma_addr_t iova, size_t size);
+
+/* release.c, continued: the common case of a release, inline */
+/*
+ * unpin_user_page_range_dirty_lock() takes an unsigned long count, but
+ * gup_folio_range_next() (6.1 and 6.12) clamps each large folio's share to
+ * an unsigned int of what is left: with 2^32 pages or more left at a large
+ * folio (16 TiB of physically contiguous 1G pages is one run) that share
+ * becomes 0 and the loop never ends. Release such runs in pieces.
+ */
+#define FM_UNPIN_RANGE_MAX	BIT(30)	/* pages */
+
+static inline void fm_unpin_range_dirty(struct page *page, unsigned long npage, bool dirty)
+{
+	while (npage) {
+		unsigned long n = min(npage, FM_UNPIN_RANGE_MAX);
+
+		unpin_user_page_range_dirty_lock(page, n, dirty);
+		page = fm_compat_nth_page(page, n);
+		npage -= n;
+	}
+}
+
+/*
+ * Unpin one physically contiguous run. Adds to @uncharge the pages whose
+ * charge is released: those unpinned, less the externally pinned ones,
+ * which stay charged for as long as their external pin lives (@vpfns:
+ * the range may hold some). Returns the number of charged pages unpinned.
+ *
+ * Inline, for every unmap and unpin_pages comes here: the common case, no
+ * reserved pfns and a pin per page, is one call and one refcount drop per
+ * folio. Anything else goes folio by folio (release.c).
+ */
+static inline long fm_release_run(struct fm_dma *dma, dma_addr_t iova, unsigned long pfn,
+				  unsigned long npage, long *uncharge, bool vpfns)
+{
+	if (dma->has_rsvd || dma->folio_pins)
+		return fm_release_run_folios(dma, iova, pfn, npage, uncharge, vpfns);
+	fm_unpin_range_dirty(pfn_to_page(pfn), npage, dma->prot & IOMMU_WRITE);
+	*uncharge += npage - (vpfns ? fm_vpfn_count(dma, iova, npage) : 0);
+	return npage;
+}
 
 /*
  * dirty.c: dirty page bitmaps. fm_dirty_start/stop/get_bitmap take
@@ -341,7 +449,14 @@ void fm_notify_dma_unmap(struct fm_iommu *iommu, dma_addr_t iova, size_t size);
  * after every mapping's bits were written.
  */
 int fm_dirty_bitmap_alloc(struct fm_dma *dma, size_t pgsize);
-void fm_dirty_bitmap_free(struct fm_dma *dma);
+static inline void fm_dirty_bitmap_free(struct fm_dma *dma)
+{
+	if (!dma->bitmap)
+		return;
+	kvfree(dma->bitmap);
+	dma->bitmap = NULL;
+}
+
 int fm_dirty_start(struct fm_iommu *iommu, size_t pgsize);
 void fm_dirty_stop(struct fm_iommu *iommu);
 int fm_dirty_get_bitmap(struct fm_iommu *iommu, dma_addr_t iova, size_t size,

@@ -5,28 +5,12 @@
  * run.c only once every domain took the run. Unmap (unmap.c) and the
  * replay into a new domain (replay.c) read it instead of asking the IOMMU
  * page by page. Appending is inline (pin.h); this file holds what is not
- * on the per-run path: growing, dropping and freeing it.
+ * on the per-run path: growing and dropping it (freeing is inline,
+ * foliomap.h).
  */
 #include <linux/slab.h>
 
 #include "pin.h"
-
-void fm_rec_free(struct fm_dma *dma)
-{
-	if (dma->rec && dma->rec != &dma->rec_one)
-		kvfree(dma->rec);
-	dma->rec = NULL;
-	dma->rec_nr = 0;
-	dma->rec_max = 0;
-	dma->rec_pages = 0;
-	dma->rec_dropped = false;
-}
-
-bool fm_rec_covers(struct fm_dma *dma, size_t size)
-{
-	return dma->rec && !dma->rec_dropped && size &&
-	       (size_t)dma->rec_pages << PAGE_SHIFT == size;
-}
 
 /* Forget the record for good (until the next pin of the whole dma). */
 static void fm_rec_drop(struct fm_dma *dma)

@@ -143,10 +143,12 @@ static void fm_unmapper_add(struct fm_unmapper *u, dma_addr_t iova, phys_addr_t 
  * iommu_map() calls, so of leaves), one flush, then the runs' release.
  * Only runs wholly inside what the IOMMU reports as removed are released.
  */
-static unsigned long fm_unmap_unpin_rec(struct fm_dma *dma, struct iommu_domain *domain,
-					bool do_accounting)
+static __always_inline unsigned long fm_unmap_unpin_rec(struct fm_dma *dma,
+							struct iommu_domain *domain,
+							bool do_accounting)
 {
-	struct iommu_iotlb_gather gather;
+	/* iommu_iotlb_gather_init() sets all of it: no zeroing on entry. */
+	struct iommu_iotlb_gather gather __uninitialized;
 	dma_addr_t iova = dma->iova;
 	long uncharge = 0;
 	unsigned int i = 0;
@@ -192,8 +194,9 @@ static unsigned long fm_unmap_unpin_rec(struct fm_dma *dma, struct iommu_domain 
  * IOMMU reports them: the mapping has no record covering them (too
  * fragmented, no memory for it, or a failed map's prefix).
  */
-static unsigned long fm_unmap_unpin_walk(struct fm_dma *dma, struct iommu_domain *domain,
-					 size_t size, bool do_accounting)
+static noinline unsigned long fm_unmap_unpin_walk(struct fm_dma *dma,
+						  struct iommu_domain *domain,
+						  size_t size, bool do_accounting)
 {
 	struct fm_unmap_run stack_runs[FM_UNMAP_RUNS_STACK];
 	struct fm_unmapper u = { .dma = dma, .domain = domain };
@@ -263,8 +266,10 @@ static unsigned long fm_unmap_unpin_walk(struct fm_dma *dma, struct iommu_domain
 	return u.nr_runs;
 }
 
-unsigned long fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *domain,
-				    size_t size, bool do_accounting)
+/* fm_unmap_unpin_domain(), inline for fm_unmap_unpin(): every unmap comes here. */
+static __always_inline unsigned long fm_unmap_unpin_one(struct fm_dma *dma,
+							struct iommu_domain *domain,
+							size_t size, bool do_accounting)
 {
 	unsigned long runs;
 
@@ -279,6 +284,12 @@ unsigned long fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *dom
 	/* The pins the record described are released. */
 	fm_rec_free(dma);
 	return runs;
+}
+
+unsigned long fm_unmap_unpin_domain(struct fm_dma *dma, struct iommu_domain *domain,
+				    size_t size, bool do_accounting)
+{
+	return fm_unmap_unpin_one(dma, domain, size, do_accounting);
 }
 
 /*
@@ -303,9 +314,11 @@ static void fm_unmap_other(struct iommu_domain *domain, dma_addr_t iova, size_t 
 
 /*
  * Take @dma out of every domain and release its pins. Without
- * @do_accounting the caller settles locked memory itself.
+ * @do_accounting the caller settles locked memory itself. Inline: the
+ * unmap of every mapping comes here.
  */
-static void fm_unmap_unpin(struct fm_iommu *iommu, struct fm_dma *dma, bool do_accounting)
+static __always_inline void fm_unmap_unpin(struct fm_iommu *iommu, struct fm_dma *dma,
+					   bool do_accounting)
 {
 	u64 start = trace_foliomap_unmap_enabled() ? ktime_get_ns() : 0;
 	struct fm_domain *first, *d;
@@ -321,7 +334,7 @@ static void fm_unmap_unpin(struct fm_iommu *iommu, struct fm_dma *dma, bool do_a
 		fm_unmap_other(d->domain, dma->iova, dma->size);
 		cond_resched();
 	}
-	runs = fm_unmap_unpin_domain(dma, first->domain, dma->size, do_accounting);
+	runs = fm_unmap_unpin_one(dma, first->domain, dma->size, do_accounting);
 	dma->iommu_mapped = false;
 	iommu->stats.runs_unmapped += runs;
 	trace_foliomap_unmap(dma->iova, dma->size, runs, start ? ktime_get_ns() - start : 0);

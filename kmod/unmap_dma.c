@@ -32,6 +32,15 @@ static struct fm_dma *fm_unmap_next(struct rb_node *n, dma_addr_t last)
 }
 
 /*
+ * The node after @dma, or NULL when @dma reaches the range's end: most
+ * requests unmap one mapping and need no step through the tree.
+ */
+static struct rb_node *fm_unmap_after(struct fm_dma *dma, dma_addr_t last)
+{
+	return fm_dma_last(dma) < last ? rb_next(&dma->node) : NULL;
+}
+
+/*
  * VFIO_DMA_UNMAP_FLAG_VADDR: the mappings stay in the IOMMU, but nothing may
  * be pinned through their vaddr until MAP_DMA gives a new one. All or
  * nothing: meeting an already invalid mapping undoes this call's work.
@@ -42,7 +51,7 @@ static int fm_invalidate_vaddr(struct fm_iommu *iommu, struct rb_node *first,
 	struct fm_dma *dma, *undo;
 	struct rb_node *n;
 
-	for (n = first; (dma = fm_unmap_next(n, last)); n = rb_next(n)) {
+	for (n = first; (dma = fm_unmap_next(n, last)); n = fm_unmap_after(dma, last)) {
 		if (dma->vaddr_invalid)
 			goto undo;
 		dma->vaddr_invalid = true;
@@ -130,7 +139,7 @@ again:
 	 * Emulated devices drop their pins on request; the callback runs
 	 * without iommu->lock, so everything is looked up again afterwards.
 	 */
-	for (n = first; (dma = fm_unmap_next(n, last)); n = rb_next(n)) {
+	for (n = first; (dma = fm_unmap_next(n, last)); n = fm_unmap_after(dma, last)) {
 		if (RB_EMPTY_ROOT(&dma->pfn_list))
 			continue;
 		if (dma != notified) {
@@ -158,7 +167,7 @@ again:
 
 	n = first;
 	while ((dma = fm_unmap_next(n, last))) {
-		n = rb_next(n);
+		n = fm_unmap_after(dma, last);
 		unmapped += dma->size;
 		fm_dma_remove(iommu, dma);
 	}

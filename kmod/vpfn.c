@@ -29,9 +29,9 @@ struct fm_vpfn *fm_vpfn_find(struct fm_dma *dma, dma_addr_t iova)
 
 /*
  * The number of external pins in [iova, iova + npage pages): one descent to
- * the first, then an in-order walk. O(1) while the tree is empty.
+ * the first, then an in-order walk (fm_vpfn_count() skips an empty tree).
  */
-unsigned long fm_vpfn_count(struct fm_dma *dma, dma_addr_t iova, unsigned long npage)
+unsigned long fm_vpfn_count_tree(struct fm_dma *dma, dma_addr_t iova, unsigned long npage)
 {
 	dma_addr_t last = iova + (npage << PAGE_SHIFT) - 1;
 	struct rb_node *node = dma->pfn_list.rb_node, *first = NULL;
