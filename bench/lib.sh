@@ -131,12 +131,12 @@ matrix_ratios() {
 		if (guard[k] && r != "") printf "%s %.4f\n", k, r } }' "$1"
 }
 
-matrix_table() {
+matrix_table() {  # matrix_table FILE [HOW, e.g. "deterministic, 3 loops"]
 	[ -s "$1" ] || return 0
-	awk "$AWK_JSON$AWK_MATRIX"'
+	awk -v how="${2:-}" "$AWK_JSON$AWK_MATRIX"'
 	function t(v) { return v == "" ? "-" : (v >= 100 ? sprintf("%.1f", v) : sprintf("%.4g", v)) }
 	END {
-		printf "\nworkload matrix: medians, ratio = stock / foliomap (> 1: foliomap faster)\n\n"
+		printf "\nworkload matrix%s: medians, ratio = stock / foliomap (> 1: foliomap faster)\n\n", how == "" ? "" : " (" how ")"
 		printf "%-24s %4s %10s %10s %8s %5s\n", "row/metric", "unit", "stock", "foliomap", "ratio", "loops"
 		for (i = 1; i <= n; i++) {
 			k = o[i]; r = ratio(k)
