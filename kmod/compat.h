@@ -37,6 +37,13 @@
  *                                 before, which 7.x no longer has)
  *   FM_HAVE_NTH_PAGE              nth_page() (gone in 7.x, where the memmap
  *                                 of a contiguous pfn range is contiguous)
+ *   FM_HAVE_DOMAIN_JOIN           iommu_attach_group() refuses a domain of
+ *                                 another IOMMU driver (-EINVAL), and
+ *                                 IOMMU_CAP_ENFORCE_CACHE_COHERENCY says per
+ *                                 device whether enforce_cache_coherency()
+ *                                 works: a group can join an existing domain
+ *                                 without a domain of its own first (6.12,
+ *                                 7.x; 6.1 has neither)
  *
  * Stock type1 behaviour that differs (uAPI answers foliomap gives exactly
  * as the stock driver of the same kernel does):
@@ -104,6 +111,7 @@
 #define FM_HAVE_UNTAGGED_ADDR_REMOTE
 #define FM_HAVE_INFO_FULL_WRITEBACK
 #define FM_HAVE_MEMFD_PIN_FOLIOS
+#define FM_HAVE_DOMAIN_JOIN
 #if defined(CONFIG_PER_VMA_LOCK) && defined(FM_MM_LOCK_SEQCOUNT_T)
 #define FM_HAVE_MM_LOCK_SEQCOUNT
 #endif
@@ -185,6 +193,28 @@ static inline bool fm_compat_group_msi_isolated(struct iommu_group *group)
 #else
 	return irq_domain_check_msi_remap() ||
 	       iommu_group_for_each_dev(group, NULL, fm_compat_dev_intr_remap) > 0;
+#endif
+}
+
+#ifdef FM_HAVE_DOMAIN_JOIN
+static inline int fm_compat_dev_cc_missing(struct device *dev, void *data)
+{
+	return !device_iommu_capable(dev, IOMMU_CAP_ENFORCE_CACHE_COHERENCY);
+}
+#endif
+
+/*
+ * Whether a domain of @group's own would block no-snoop DMA once its
+ * driver's enforce_cache_coherency() ran on it: 1 when every device of the
+ * group can, 0 when one cannot, -EOPNOTSUPP when the kernel cannot tell
+ * (6.1: the group then gets a domain of its own first, as in stock).
+ */
+static inline int fm_compat_group_cc_capable(struct iommu_group *group)
+{
+#ifdef FM_HAVE_DOMAIN_JOIN
+	return !iommu_group_for_each_dev(group, NULL, fm_compat_dev_cc_missing);
+#else
+	return -EOPNOTSUPP;
 #endif
 }
 

@@ -208,13 +208,17 @@ static u64 fm_pgsize_bitmap(struct fm_iommu *iommu, struct fm_domain *extra)
 
 /*
  * What attaching an IOMMU-backed group prepares before the container
- * changes: a new domain with the group attached to it alone, and the
- * container's usable IOVA ranges as they would be with the group. The
- * container's own lists change only in fm_attach_commit().
+ * changes: the existing domain the group joined, or else a new domain with
+ * the group attached to it alone; and the container's usable IOVA ranges
+ * as they would be with the group. The container's lists change only once
+ * every check passed, at the end of fm_attach_iommu_group().
  */
 struct fm_attach {
-	struct fm_domain	*domain;
+	struct fm_domain	*joined;	/* an existing domain, or NULL... */
+	struct fm_domain	*domain;	/* ...a new one */
 	bool			attached;	/* the group is on domain's IOMMU domain */
+	int			cc;		/* fm_compat_group_cc_capable() */
+	bool			resv_checked;	/* resv read, no conflict, MSIs fine */
 	struct list_head	resv;		/* the group's reserved regions */
 	struct list_head	iova;		/* the usable ranges with the group */
 	bool			sw_msi;		/* the MSI window is ours to map... */
@@ -256,6 +260,7 @@ static int fm_attach_new_domain(struct fm_attach *a, struct fm_group *group)
 		iommu_domain_free(domain);
 	}
 	kfree(a->domain);
+	a->domain = NULL;
 	return ret;
 }
 
@@ -277,24 +282,41 @@ static bool fm_resv_sw_msi(struct list_head *resv, phys_addr_t *base)
 	return found;
 }
 
-/*
- * The usable ranges with the group: the new domain's aperture (read once
- * the group is attached) and the group's reserved regions must leave
- * every existing mapping where it is. Works on a copy of the list.
- */
-static int fm_attach_ranges(struct fm_iommu *iommu, struct fm_attach *a,
-			    struct fm_group *group)
+/* The aperture of the domain the group is on must hold every mapping. */
+static int fm_attach_aperture(struct fm_iommu *iommu, struct iommu_domain *domain)
 {
-	struct iommu_domain_geometry *geo = &a->domain->domain->geometry;
-	int ret;
+	struct iommu_domain_geometry *geo = &domain->geometry;
 
 	if (fm_iova_aperture_conflict(iommu, geo->aperture_start, geo->aperture_end))
 		return -EINVAL;
+	return 0;
+}
+
+/* The group's reserved regions must not cover any mapping either. */
+static int fm_attach_resv(struct fm_iommu *iommu, struct fm_attach *a,
+			  struct fm_group *group)
+{
+	int ret;
+
 	ret = iommu_get_group_resv_regions(group->iommu_group, &a->resv);
 	if (ret)
 		return ret;
 	if (fm_iova_resv_conflict(iommu, &a->resv))
 		return -EINVAL;
+	return 0;
+}
+
+/*
+ * The usable ranges with the group: the container's, within the aperture
+ * of the domain the group is on (read once it is attached: a driver may
+ * narrow a domain that a device of a smaller address width joins), less
+ * the group's reserved regions. Works on a copy of the list.
+ */
+static int fm_attach_ranges(struct fm_iommu *iommu, struct fm_attach *a,
+			    struct iommu_domain *domain)
+{
+	struct iommu_domain_geometry *geo = &domain->geometry;
+	int ret;
 
 	ret = fm_iova_list_copy(iommu, &a->iova);
 	if (!ret)
@@ -306,6 +328,34 @@ static int fm_attach_ranges(struct fm_iommu *iommu, struct fm_attach *a,
 
 	a->sw_msi = fm_resv_sw_msi(&a->resv, &a->msi_base);
 	return 0;
+}
+
+/*
+ * Join an existing domain that maps as a domain of the group's own would,
+ * without building one first. Stock type1 gives every group a new domain,
+ * attaches it there, reads the domain's no-snoop policy, and only then
+ * moves the group to an existing domain of the same driver and policy (as
+ * fm_attach_share() does when this cannot tell): a page table built, two
+ * attaches and a detach, each flushing the IOMMU's caches, for a domain
+ * thrown away. Here the policy comes from the devices (@a->cc), and the
+ * IOMMU core and driver refuse a domain the group cannot use: one of
+ * another driver, of a wider address space than the device's IOMMU can
+ * walk, or enforcing snoop where the device's IOMMU cannot (iommufd reuses
+ * domains on the same grounds). Returns the domain joined, or NULL.
+ */
+static struct fm_domain *fm_attach_join(struct fm_iommu *iommu, struct fm_attach *a,
+					struct fm_group *group)
+{
+	struct fm_domain *d;
+
+	list_for_each_entry(d, &iommu->domain_list, next) {
+		bool cc = a->cc && d->domain->ops->enforce_cache_coherency;
+
+		if (d->enforce_cache_coherency == cc &&
+		    !iommu_attach_group(d->domain, group->iommu_group))
+			return d;
+	}
+	return NULL;
 }
 
 /*
@@ -321,6 +371,10 @@ static int fm_attach_share(struct fm_iommu *iommu, struct fm_attach *a,
 	struct iommu_domain *mine = a->domain->domain;
 	struct fm_domain *d;
 	int ret;
+
+	/* fm_attach_join() found every such domain refusing the group. */
+	if (a->cc == a->domain->enforce_cache_coherency)
+		return 0;
 
 	list_for_each_entry(d, &iommu->domain_list, next) {
 		if (d->domain->ops != mine->ops ||
@@ -364,12 +418,98 @@ static int fm_attach_fill(struct fm_iommu *iommu, struct fm_attach *a)
 /* Undo everything fm_attach_*() prepared; the container never saw it. */
 static void fm_attach_abort(struct fm_attach *a, struct fm_group *group)
 {
-	if (a->attached)
-		iommu_detach_group(a->domain->domain, group->iommu_group);
-	iommu_domain_free(a->domain->domain);
+	if (a->joined) {
+		iommu_detach_group(a->joined->domain, group->iommu_group);
+	} else if (a->domain) {
+		if (a->attached)
+			iommu_detach_group(a->domain->domain, group->iommu_group);
+		iommu_domain_free(a->domain->domain);
+		kfree(a->domain);
+	}
 	fm_iova_list_free(&a->iova);
 	fm_resv_list_free(&a->resv);
-	kfree(a->domain);
+}
+
+/* A group whose devices could forge MSIs is refused unless allowed. */
+static int fm_attach_msi_check(struct fm_group *group)
+{
+	if (READ_ONCE(fm_allow_unsafe_interrupts) ||
+	    fm_compat_group_msi_isolated(group->iommu_group))
+		return 0;
+	pr_warn_ratelimited("group %d refused: its MSIs are not isolated (no interrupt remapping), so its devices could inject interrupts; allow_unsafe_interrupts=1 accepts that risk\n",
+			    iommu_group_id(group->iommu_group));
+	return -EPERM;
+}
+
+/*
+ * Join an existing domain. The checks that do not depend on the domain
+ * come first, so that a group refused never touches a domain in use;
+ * stock runs the same checks (and returns the same errors) on the group's
+ * own domain. Returns 1 when joined, 0 when no domain took the group.
+ */
+static int fm_attach_try_join(struct fm_iommu *iommu, struct fm_attach *a,
+			      struct fm_group *group)
+{
+	int ret;
+
+	a->cc = fm_compat_group_cc_capable(group->iommu_group);
+	if (a->cc < 0 || list_empty(&iommu->domain_list))
+		return 0;
+	ret = fm_attach_resv(iommu, a, group);
+	if (!ret)
+		ret = fm_attach_msi_check(group);
+	if (ret)
+		return ret;
+	a->resv_checked = true;
+	a->joined = fm_attach_join(iommu, a, group);
+	if (!a->joined)
+		return 0;
+	ret = fm_attach_aperture(iommu, a->joined->domain);
+	if (!ret)
+		ret = fm_attach_ranges(iommu, a, a->joined->domain);
+	return ret ? ret : 1;
+}
+
+/* Attach the group to a domain of its own, then share or fill it. */
+static int fm_attach_own_domain(struct fm_iommu *iommu, struct fm_attach *a,
+				struct fm_group *group)
+{
+	struct iommu_domain *domain;
+	int shared;
+	int ret;
+
+	ret = fm_attach_new_domain(a, group);
+	if (ret)
+		return ret;
+	domain = a->domain->domain;
+
+	ret = fm_attach_aperture(iommu, domain);
+	if (!ret && !a->resv_checked)
+		ret = fm_attach_resv(iommu, a, group);
+	if (!ret)
+		ret = fm_attach_ranges(iommu, a, domain);
+	if (!ret)
+		ret = fm_attach_msi_check(group);
+	if (ret)
+		return ret;
+
+	/*
+	 * Block no-snoop DMA whenever the IOMMU can: KVM then need not emulate
+	 * WBINVD for the guest (VFIO_DMA_CC_IOMMU).
+	 */
+	if (domain->ops->enforce_cache_coherency)
+		a->domain->enforce_cache_coherency = domain->ops->enforce_cache_coherency(domain);
+
+	shared = fm_attach_share(iommu, a, group);
+	if (shared < 0)
+		return shared;
+	if (shared) {
+		iommu_domain_free(domain);
+		kfree(a->domain);
+		a->domain = NULL;
+		return 0;
+	}
+	return fm_attach_fill(iommu, a);
 }
 
 /* Attach an IOMMU-backed group; iommu->lock held. */
@@ -379,48 +519,23 @@ static int fm_attach_iommu_group(struct fm_iommu *iommu, struct fm_group *group)
 		.resv = LIST_HEAD_INIT(a.resv),
 		.iova = LIST_HEAD_INIT(a.iova),
 	};
-	struct iommu_domain *domain;
-	int shared;
 	int ret;
 
-	ret = fm_attach_new_domain(&a, group);
-	if (ret)
-		return ret;
-	domain = a.domain->domain;
-
-	ret = fm_attach_ranges(iommu, &a, group);
-	if (ret)
+	ret = fm_attach_try_join(iommu, &a, group);
+	if (ret < 0)
 		goto abort;
-
-	if (!READ_ONCE(fm_allow_unsafe_interrupts) &&
-	    !fm_compat_group_msi_isolated(group->iommu_group)) {
-		pr_warn_ratelimited("group %d refused: its MSIs are not isolated (no interrupt remapping), so its devices could inject interrupts; allow_unsafe_interrupts=1 accepts that risk\n",
-				    iommu_group_id(group->iommu_group));
-		ret = -EPERM;
-		goto abort;
-	}
-
-	/*
-	 * Block no-snoop DMA whenever the IOMMU can: KVM then need not emulate
-	 * WBINVD for the guest (VFIO_DMA_CC_IOMMU).
-	 */
-	if (domain->ops->enforce_cache_coherency)
-		a.domain->enforce_cache_coherency = domain->ops->enforce_cache_coherency(domain);
-
-	shared = fm_attach_share(iommu, &a, group);
-	ret = shared < 0 ? shared : 0;
-	if (!shared)
-		ret = fm_attach_fill(iommu, &a);
-	if (ret)
-		goto abort;
-
-	if (shared) {
-		iommu_domain_free(domain);
-		kfree(a.domain);
+	if (ret) {
+		list_add(&group->next, &a.joined->group_list);
+		iommu->stats.domain_joins++;
 	} else {
-		list_add(&group->next, &a.domain->group_list);
-		list_add(&a.domain->next, &iommu->domain_list);
-		iommu->pgsize_bitmap = fm_pgsize_bitmap(iommu, NULL);
+		ret = fm_attach_own_domain(iommu, &a, group);
+		if (ret)
+			goto abort;
+		if (a.domain) {
+			list_add(&group->next, &a.domain->group_list);
+			list_add(&a.domain->next, &iommu->domain_list);
+			iommu->pgsize_bitmap = fm_pgsize_bitmap(iommu, NULL);
+		}
 	}
 	fm_iova_list_replace(iommu, &a.iova);
 	fm_resv_list_free(&a.resv);

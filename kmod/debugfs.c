@@ -17,6 +17,10 @@
  *   batches         pin batches filled (one GUP call or PFNMAP walk each)
  *   batch_pages     pages in those batches
  *   avg_batch_pages batch_pages / batches
+ *   domains         IOMMU domains of the container (groups that can share
+ *                   one do)
+ *   domain_joins    groups attached straight to a domain in use, without
+ *                   a domain of their own first (6.12 and later)
  */
 #include <linux/debugfs.h>
 #include <linux/math64.h>
@@ -31,11 +35,14 @@ static int fm_stats_show(struct seq_file *m, void *unused)
 {
 	struct fm_iommu *iommu = m->private;
 	struct fm_stats s;
-	u64 mapped = 0, locked = 0, mappings = 0;
+	u64 mapped = 0, locked = 0, mappings = 0, domains = 0;
+	struct fm_domain *domain;
 	struct rb_node *n;
 
 	mutex_lock(&iommu->lock);
 	s = iommu->stats;
+	list_for_each_entry(domain, &iommu->domain_list, next)
+		domains++;
 	for (n = rb_first(&iommu->dma_tree); n; n = rb_next(n)) {
 		struct fm_dma *dma = rb_entry(n, struct fm_dma, node);
 
@@ -58,6 +65,8 @@ static int fm_stats_show(struct seq_file *m, void *unused)
 	seq_printf(m, "folio_pinned_pages %llu\n", s.folio_pinned_pages);
 	seq_printf(m, "avg_batch_pages %llu\n",
 		   s.batches ? div64_u64(s.batch_pages, s.batches) : 0);
+	seq_printf(m, "domains %llu\n", domains);
+	seq_printf(m, "domain_joins %llu\n", s.domain_joins);
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(fm_stats);

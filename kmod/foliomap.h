@@ -56,6 +56,7 @@ struct fm_stats {
 	u64			batches;
 	u64			batch_pages;
 	u64			folio_pinned_pages;	/* by memfd_pin_folios() */
+	u64			domain_joins;	/* groups attached to a domain in use */
 };
 
 /* One container. */

@@ -169,6 +169,54 @@ TEST(debugfs_folio_pinned_pages)
 	EXPECT_PINS_VMLCK(0, 0);
 }
 
+/*
+ * domains and domain_joins: a group of the same IOMMU joins the domain in
+ * use directly on 6.12 and later (6.1: it gets a domain of its own first,
+ * then moves to the shared one, as in stock). Either way the container
+ * keeps one domain and pins and charges nothing more. DMA through a joined
+ * domain: edu_dma_after_attach (t_edu), on both backends.
+ */
+TEST(debugfs_domain_joins)
+{
+	long long joins = th_kernel_series() >= 612;
+	int groups[2], g2, g3, id, c;
+	char *p, *q;
+
+	th_mount(t, "debugfs", DEBUGFS);
+	th_e1000e_groups(t, groups, 2);
+	c = th_container(t);
+	id = newest_container(t);
+	EXPECT_EQ(stat_of(id, "domains"), 1);
+	EXPECT_EQ(stat_of(id, "domain_joins"), 0);
+
+	p = th_mem(t, VU_MEM_THP, 2 * SZ_2M);
+	q = th_anon(t, 2 * SZ_4K);
+	MAP_OK(c, IOVA_A, p, 2 * SZ_2M);
+	MAP_OK(c, IOVA_B, q, 2 * SZ_4K);
+	g2 = th_own_fd(t, vu_group_attach(c, groups[1]));
+	ASSERT_GE(g2, 0);
+	EXPECT_EQ(stat_of(id, "domains"), 1);
+	EXPECT_EQ(stat_of(id, "domain_joins"), joins);
+	EXPECT_PINS_VMLCK(1026, (2 * SZ_2M + 2 * SZ_4K) >> 10);
+
+	/* It leaves and comes back: the same domain, joined again. */
+	ASSERT_EQ(ioctl(g2, VFIO_GROUP_UNSET_CONTAINER), 0);
+	EXPECT_EQ(stat_of(id, "domains"), 1);
+	ASSERT_EQ(ioctl(g2, VFIO_GROUP_SET_CONTAINER, &c), 0);
+	EXPECT_EQ(stat_of(id, "domain_joins"), 2 * joins);
+	th_close(t, g2);
+
+	/* edu, another device behind the same IOMMU, joins too. */
+	g3 = th_own_fd(t, vu_group_attach(c, th_edu_group(t)));
+	ASSERT_GE(g3, 0);
+	EXPECT_EQ(stat_of(id, "domains"), 1);
+	EXPECT_EQ(stat_of(id, "domain_joins"), 3 * joins);
+	EXPECT_PINS_VMLCK(1026, (2 * SZ_2M + 2 * SZ_4K) >> 10);
+	UNMAP_OK(c, IOVA_A, 2 * SZ_2M);
+	UNMAP_OK(c, IOVA_B, 2 * SZ_4K);
+	EXPECT_PINS_VMLCK(0, 0);
+}
+
 static void write_file(struct th *t, const char *path, const char *s)
 {
 	int fd = open(path, O_WRONLY | O_TRUNC);
