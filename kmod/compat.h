@@ -37,8 +37,8 @@
  *                                 before, which 7.x no longer has)
  *   FM_HAVE_NTH_PAGE              nth_page() (gone in 7.x, where the memmap
  *                                 of a contiguous pfn range is contiguous)
- *   FM_HAVE_DOMAIN_JOIN           iommu_attach_group() refuses a domain of
- *                                 another IOMMU driver (-EINVAL), and
+ *   FM_HAVE_DOMAIN_JOIN           __iommu_get_iommu_dev() names the IOMMU
+ *                                 instance behind a device, and
  *                                 IOMMU_CAP_ENFORCE_CACHE_COHERENCY says per
  *                                 device whether enforce_cache_coherency()
  *                                 works: a group can join an existing domain
@@ -201,20 +201,49 @@ static inline int fm_compat_dev_cc_missing(struct device *dev, void *data)
 {
 	return !device_iommu_capable(dev, IOMMU_CAP_ENFORCE_CACHE_COHERENCY);
 }
+
+static inline int fm_compat_dev_unit(struct device *dev, void *data)
+{
+	struct iommu_device **unit = data;
+	struct iommu_device *mine = dev->iommu ? __iommu_get_iommu_dev(dev) : NULL;
+
+	if (!mine || (*unit && *unit != mine)) {
+		*unit = NULL;
+		return 1;	/* not one instance: stop */
+	}
+	*unit = mine;
+	return 0;
+}
 #endif
 
 /*
- * Whether a domain of @group's own would block no-snoop DMA once its
- * driver's enforce_cache_coherency() ran on it: 1 when every device of the
- * group can, 0 when one cannot, -EOPNOTSUPP when the kernel cannot tell
- * (6.1: the group then gets a domain of its own first, as in stock).
+ * The IOMMU instance behind every device of @group; NULL when there are
+ * several, or when the kernel cannot name it (6.1: the group then always
+ * gets a domain of its own first, as in stock).
  */
-static inline int fm_compat_group_cc_capable(struct iommu_group *group)
+static inline struct iommu_device *fm_compat_group_unit(struct iommu_group *group)
+{
+#ifdef FM_HAVE_DOMAIN_JOIN
+	struct iommu_device *unit = NULL;
+
+	iommu_group_for_each_dev(group, &unit, fm_compat_dev_unit);
+	return unit;
+#else
+	return NULL;
+#endif
+}
+
+/*
+ * Whether a domain of @group's own would block no-snoop DMA once its
+ * driver's enforce_cache_coherency() ran on it: true when every device of
+ * the group can (always false on 6.1, where nothing asks).
+ */
+static inline bool fm_compat_group_cc_capable(struct iommu_group *group)
 {
 #ifdef FM_HAVE_DOMAIN_JOIN
 	return !iommu_group_for_each_dev(group, NULL, fm_compat_dev_cc_missing);
 #else
-	return -EOPNOTSUPP;
+	return false;
 #endif
 }
 

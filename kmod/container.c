@@ -217,7 +217,8 @@ struct fm_attach {
 	struct fm_domain	*joined;	/* an existing domain, or NULL... */
 	struct fm_domain	*domain;	/* ...a new one */
 	bool			attached;	/* the group is on domain's IOMMU domain */
-	int			cc;		/* fm_compat_group_cc_capable() */
+	struct iommu_device	*unit;		/* fm_compat_group_unit() */
+	bool			cc;		/* fm_compat_group_cc_capable() */
 	bool			resv_checked;	/* resv read, no conflict, MSIs fine */
 	struct list_head	resv;		/* the group's reserved regions */
 	struct list_head	iova;		/* the usable ranges with the group */
@@ -331,31 +332,16 @@ static int fm_attach_ranges(struct fm_iommu *iommu, struct fm_attach *a,
 }
 
 /*
- * Join an existing domain that maps as a domain of the group's own would,
- * without building one first. Stock type1 gives every group a new domain,
- * attaches it there, reads the domain's no-snoop policy, and only then
- * moves the group to an existing domain of the same driver and policy (as
- * fm_attach_share() does when this cannot tell): a page table built, two
- * attaches and a detach, each flushing the IOMMU's caches, for a domain
- * thrown away. Here the policy comes from the devices (@a->cc), and the
- * IOMMU core and driver refuse a domain the group cannot use: one of
- * another driver, of a wider address space than the device's IOMMU can
- * walk, or enforcing snoop where the device's IOMMU cannot (iommufd reuses
- * domains on the same grounds). Returns the domain joined, or NULL.
+ * Would a domain of the group's own be interchangeable with @d? Yes when
+ * it would be built for the same IOMMU instance (so by the same driver,
+ * with the same ops, aperture and page sizes) and get the same no-snoop
+ * policy, which the devices tell (@a->cc) without building it.
  */
-static struct fm_domain *fm_attach_join(struct fm_iommu *iommu, struct fm_attach *a,
-					struct fm_group *group)
+static bool fm_attach_fits(struct fm_domain *d, struct fm_attach *a)
 {
-	struct fm_domain *d;
-
-	list_for_each_entry(d, &iommu->domain_list, next) {
-		bool cc = a->cc && d->domain->ops->enforce_cache_coherency;
-
-		if (d->enforce_cache_coherency == cc &&
-		    !iommu_attach_group(d->domain, group->iommu_group))
-			return d;
-	}
-	return NULL;
+	return a->unit && d->unit == a->unit &&
+	       d->enforce_cache_coherency ==
+	       (a->cc && d->domain->ops->enforce_cache_coherency);
 }
 
 /*
@@ -371,10 +357,6 @@ static int fm_attach_share(struct fm_iommu *iommu, struct fm_attach *a,
 	struct iommu_domain *mine = a->domain->domain;
 	struct fm_domain *d;
 	int ret;
-
-	/* fm_attach_join() found every such domain refusing the group. */
-	if (a->cc == a->domain->enforce_cache_coherency)
-		return 0;
 
 	list_for_each_entry(d, &iommu->domain_list, next) {
 		if (d->domain->ops != mine->ops ||
@@ -418,9 +400,7 @@ static int fm_attach_fill(struct fm_iommu *iommu, struct fm_attach *a)
 /* Undo everything fm_attach_*() prepared; the container never saw it. */
 static void fm_attach_abort(struct fm_attach *a, struct fm_group *group)
 {
-	if (a->joined) {
-		iommu_detach_group(a->joined->domain, group->iommu_group);
-	} else if (a->domain) {
+	if (a->domain) {
 		if (a->attached)
 			iommu_detach_group(a->domain->domain, group->iommu_group);
 		iommu_domain_free(a->domain->domain);
@@ -442,32 +422,58 @@ static int fm_attach_msi_check(struct fm_group *group)
 }
 
 /*
- * Join an existing domain. The checks that do not depend on the domain
- * come first, so that a group refused never touches a domain in use;
- * stock runs the same checks (and returns the same errors) on the group's
- * own domain. Returns 1 when joined, 0 when no domain took the group.
+ * Join a domain in use that a domain of the group's own would be
+ * interchangeable with, without building one first. Stock type1 gives
+ * every group a new domain, attaches it there, reads its no-snoop policy
+ * and only then moves it to an existing domain of the same driver and
+ * policy (fm_attach_share(), which still runs when no domain fits here):
+ * a page table, two attaches and a detach, each flushing the IOMMU's
+ * caches, for a domain thrown away. Every check of fm_attach_own_domain()
+ * runs first, in the same order, on the geometry such a domain has, so the
+ * group reaches a domain in use only once nothing can refuse it. Returns 1
+ * when joined, 0 when no domain fits or took the group, or an errno.
  */
 static int fm_attach_try_join(struct fm_iommu *iommu, struct fm_attach *a,
 			      struct fm_group *group)
 {
+	struct fm_domain *d, *fit = NULL;
 	int ret;
 
-	a->cc = fm_compat_group_cc_capable(group->iommu_group);
-	if (a->cc < 0 || list_empty(&iommu->domain_list))
+	a->unit = fm_compat_group_unit(group->iommu_group);
+	if (!a->unit)
 		return 0;
-	ret = fm_attach_resv(iommu, a, group);
+	a->cc = fm_compat_group_cc_capable(group->iommu_group);
+	list_for_each_entry(d, &iommu->domain_list, next) {
+		if (fm_attach_fits(d, a)) {
+			fit = d;
+			break;
+		}
+	}
+	if (!fit)
+		return 0;
+
+	ret = fm_attach_aperture(iommu, fit->domain);
+	if (!ret)
+		ret = fm_attach_resv(iommu, a, group);
+	if (!ret)
+		ret = fm_attach_ranges(iommu, a, fit->domain);
 	if (!ret)
 		ret = fm_attach_msi_check(group);
 	if (ret)
 		return ret;
 	a->resv_checked = true;
-	a->joined = fm_attach_join(iommu, a, group);
-	if (!a->joined)
-		return 0;
-	ret = fm_attach_aperture(iommu, a->joined->domain);
-	if (!ret)
-		ret = fm_attach_ranges(iommu, a, a->joined->domain);
-	return ret ? ret : 1;
+
+	d = fit;
+	list_for_each_entry_from(d, &iommu->domain_list, next) {
+		if (fm_attach_fits(d, a) &&
+		    !iommu_attach_group(d->domain, group->iommu_group)) {
+			a->joined = d;
+			return 1;
+		}
+	}
+	/* A domain of its own then: its ranges are computed again. */
+	fm_iova_list_free(&a->iova);
+	return 0;
 }
 
 /* Attach the group to a domain of its own, then share or fill it. */
@@ -509,6 +515,7 @@ static int fm_attach_own_domain(struct fm_iommu *iommu, struct fm_attach *a,
 		a->domain = NULL;
 		return 0;
 	}
+	a->domain->unit = a->unit;
 	return fm_attach_fill(iommu, a);
 }
 

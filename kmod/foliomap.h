@@ -83,6 +83,7 @@ struct fm_domain {
 	struct iommu_domain	*domain;
 	struct list_head	next;
 	struct list_head	group_list;	/* struct fm_group */
+	struct iommu_device	*unit;		/* built for this IOMMU, or NULL */
 	bool			enforce_cache_coherency;
 };
 

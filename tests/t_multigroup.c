@@ -50,6 +50,46 @@ TEST_V12(mg_attach_with_mappings)
 	EXPECT_PINS_VMLCK(0, 0);
 }
 
+/*
+ * Groups that join a domain in use change nothing the container reports:
+ * GET_INFO (flags, page sizes, IOVA ranges, migration and DMA-available
+ * capabilities) is byte for byte the same, and so is DMA_CC_IOMMU; the
+ * mappings made before stay in use. edu_dma_after_attach (t_edu) shows DMA
+ * through such a domain.
+ */
+TEST_V12(mg_join_keeps_info)
+{
+	int c = th_container_type(t, t->type, 1);
+	char *p = th_mem(t, VU_MEM_THP, 2 * SZ_2M);
+	char before[4096], after[4096];
+	int groups[2], cc, g2, g3;
+
+	th_e1000e_groups(t, groups, 2);
+	MAP_OK(c, IOVA_B, p, 2 * SZ_2M);
+	ASSERT_EQ(th_get_info(c, before, sizeof(before)), 0);
+	cc = ioctl(c, VFIO_CHECK_EXTENSION, VFIO_DMA_CC_IOMMU);
+	ASSERT_GE(cc, 0);
+
+	g2 = th_own_fd(t, vu_group_attach(c, groups[1]));
+	ASSERT_GE(g2, 0);
+	g3 = th_own_fd(t, vu_group_attach(c, th_edu_group(t)));
+	ASSERT_GE(g3, 0);
+	ASSERT_EQ(th_get_info(c, after, sizeof(after)), 0);
+	EXPECT_EQ(memcmp(before, after, sizeof(before)), 0);
+	EXPECT_EQ(ioctl(c, VFIO_CHECK_EXTENSION, VFIO_DMA_CC_IOMMU), cc);
+	EXPECT_EQ(vu_map(c, IOVA_B, p, SZ_4K, RW), -EEXIST);
+	EXPECT_PINS_VMLCK(1024, 4096);
+
+	/* Each leaves again; the first group keeps the mappings. */
+	th_close(t, g3);
+	th_close(t, g2);
+	ASSERT_EQ(th_get_info(c, after, sizeof(after)), 0);
+	EXPECT_EQ(memcmp(before, after, sizeof(before)), 0);
+	EXPECT_PINS_VMLCK(1024, 4096);
+	UNMAP_OK(c, IOVA_B, 2 * SZ_2M);
+	EXPECT_PINS_VMLCK(0, 0);
+}
+
 /* A group leaves while mappings exist: they stay for the remaining group. */
 TEST_V12(mg_detach_with_mappings)
 {
