@@ -220,6 +220,7 @@ struct fm_attach {
 	struct iommu_device	*unit;		/* fm_compat_group_unit() */
 	bool			cc;		/* fm_compat_group_cc_capable() */
 	bool			resv_checked;	/* resv read, no conflict, MSIs fine */
+	bool			joins_tried;	/* every domain that fits refused */
 	struct list_head	resv;		/* the group's reserved regions */
 	struct list_head	iova;		/* the usable ranges with the group */
 	bool			sw_msi;		/* the MSI window is ours to map... */
@@ -362,11 +363,21 @@ static int fm_attach_share(struct fm_iommu *iommu, struct fm_attach *a,
 		if (d->domain->ops != mine->ops ||
 		    d->enforce_cache_coherency != a->domain->enforce_cache_coherency)
 			continue;
+		/* fm_attach_try_join() tried it already. */
+		if (a->joins_tried && fm_attach_fits(d, a))
+			continue;
 
 		iommu_detach_group(mine, group->iommu_group);
 		a->attached = false;
 		if (!iommu_attach_group(d->domain, group->iommu_group)) {
 			list_add(&group->next, &d->group_list);
+			/*
+			 * A driver may reshape a domain for each IOMMU that
+			 * joins (Intel narrows its address width): one that
+			 * spans instances is never joined directly.
+			 */
+			if (d->unit != a->unit)
+				d->unit = NULL;
 			return 1;
 		}
 		ret = iommu_attach_group(mine, group->iommu_group);
@@ -464,6 +475,7 @@ static int fm_attach_try_join(struct fm_iommu *iommu, struct fm_attach *a,
 	a->resv_checked = true;
 
 	d = fit;
+	a->joins_tried = true;
 	list_for_each_entry_from(d, &iommu->domain_list, next) {
 		if (fm_attach_fits(d, a) &&
 		    !iommu_attach_group(d->domain, group->iommu_group)) {
