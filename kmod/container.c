@@ -310,9 +310,10 @@ static int fm_attach_resv(struct fm_iommu *iommu, struct fm_attach *a,
 
 /*
  * The usable ranges with the group: the container's, within the aperture
- * of the domain the group is on (read once it is attached: a driver may
- * narrow a domain that a device of a smaller address width joins), less
- * the group's reserved regions. Works on a copy of the list.
+ * of the group's domain, less the group's reserved regions. A domain of
+ * its own is read once the group is attached; a domain in use that
+ * fm_attach_fits() is read before, as attaching a device of the IOMMU it
+ * was built for leaves it as it is. Works on a copy of the list.
  */
 static int fm_attach_ranges(struct fm_iommu *iommu, struct fm_attach *a,
 			    struct iommu_domain *domain)
