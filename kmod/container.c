@@ -507,7 +507,7 @@ static int fm_attach_own_domain(struct fm_iommu *iommu, struct fm_attach *a,
 		ret = fm_attach_resv(iommu, a, group);
 	if (!ret)
 		ret = fm_attach_ranges(iommu, a, domain);
-	if (!ret)
+	if (!ret && !a->resv_checked)
 		ret = fm_attach_msi_check(group);
 	if (ret)
 		return ret;
