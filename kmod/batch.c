@@ -39,6 +39,7 @@
 static void fm_batch_reset(struct fm_batch *b)
 {
 	b->pfnmap = false;
+	b->folio_pinned = false;
 	b->size = 0;
 	b->nr_runs = 0;
 }
@@ -405,6 +406,26 @@ static void fm_fast_result(struct fm_pinner *p, long n)
 	p->fast_backoff = min_t(unsigned int, p->fast_backoff * 2, FM_FAST_BACKOFF_MAX);
 }
 
+/* Under mmap_read_lock: does the dma take folio pins (@vma: at its start)? */
+static void fm_pinner_set_mode(struct fm_pinner *p, struct vm_area_struct *vma)
+{
+	p->dma->folio_pins = vma && fm_filepin_applies(vma, p->dma->prot & IOMMU_WRITE);
+	p->mode_known = true;
+}
+
+/*
+ * Decide the pin mode before the first fill, for fills that run elsewhere
+ * (parallel.c) and must all fill the same way.
+ */
+void fm_pinner_decide_mode(struct fm_pinner *p)
+{
+	struct fm_dma *dma = p->dma;
+
+	mmap_read_lock(p->mm);
+	fm_pinner_set_mode(p, vma_lookup(p->mm, fm_compat_untagged_addr(p->mm, dma->vaddr)));
+	mmap_read_unlock(p->mm);
+}
+
 /*
  * Fill the pinner's batch from @vaddr, under one mmap_read_lock round trip.
  * GUP-fast pins first where it can (above); under the lock, the first fill
@@ -418,7 +439,7 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 {
 	bool fast = fm_fast_wanted(p, npage);
 	bool write = p->dma->prot & IOMMU_WRITE;
-	struct fm_batch *b = &p->batch;
+	struct fm_batch *b = p->batch;
 	struct fm_dma *dma = p->dma;
 	struct vm_area_struct *vma = NULL;
 	unsigned int seq;
@@ -429,10 +450,8 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 	mmap_read_lock(p->mm);
 	if (!p->mode_known || fast)
 		vma = vma_lookup(p->mm, fm_compat_untagged_addr(p->mm, vaddr));
-	if (!p->mode_known) {
-		dma->folio_pins = vma && fm_filepin_applies(vma, write);
-		p->mode_known = true;
-	}
+	if (!p->mode_known)
+		fm_pinner_set_mode(p, vma);
 	if (n > 0) {
 		if (dma->folio_pins || !fm_fast_pins_valid(p->mm, vma, vaddr, n, seq, write)) {
 			/* Rare: start over under the lock. */
@@ -458,7 +477,7 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 		if (n > 0) {
 			fm_batch_reset(b);
 			fm_batch_folios_to_runs(b, n, first, want);
-			p->iommu->stats.folio_pinned_pages += b->size;
+			b->folio_pinned = true;
 			return b->size;
 		}
 		mmap_read_lock(p->mm);

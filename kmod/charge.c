@@ -120,7 +120,7 @@ static long fm_stretch_charge(struct fm_dma *dma, dma_addr_t iova, unsigned long
 /* Charge the whole batch at once, before any of it reaches the IOMMU. */
 int fm_batch_charge(struct fm_pinner *p)
 {
-	struct fm_batch *b = &p->batch;
+	struct fm_batch *b = p->batch;
 	struct fm_dma *dma = p->dma;
 	dma_addr_t iova = fm_pinner_next_iova(p);
 	dma_addr_t stretch = iova;	/* first uncounted ordinary page */

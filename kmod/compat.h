@@ -484,4 +484,18 @@ static inline bool fm_compat_external_range_wraps(dma_addr_t iova, int npage)
 #define FM_PFN_VALID_BLOCK	PAGES_PER_SECTION
 #endif
 
+/*
+ * Does the calling task place its memory by a task mempolicy of its own
+ * (set_mempolicy(), numactl)? A kernel thread cannot take it over. The
+ * field exists only with NUMA; every kernel here has it there.
+ */
+static inline bool fm_compat_task_mempolicy(void)
+{
+#ifdef CONFIG_NUMA
+	return READ_ONCE(current->mempolicy);
+#else
+	return false;
+#endif
+}
+
 #endif /* _FOLIOMAP_COMPAT_H */

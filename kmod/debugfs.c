@@ -21,6 +21,11 @@
  *                   one do)
  *   domain_joins    groups attached straight to a domain in use, without
  *                   a domain of their own first (6.12 and later)
+ *   parallel_maps   MAP_DMA pinned by the caller with helper threads
+ *   parallel_helpers       helper threads those maps started
+ *   parallel_chunks        chunks of them charged and mapped
+ *   parallel_helper_chunks ... of which a helper filled
+ *   parallel_chunk_ns      time spent filling those chunks, all threads
  */
 #include <linux/debugfs.h>
 #include <linux/math64.h>
@@ -67,6 +72,11 @@ static int fm_stats_show(struct seq_file *m, void *unused)
 		   s.batches ? div64_u64(s.batch_pages, s.batches) : 0);
 	seq_printf(m, "domains %llu\n", domains);
 	seq_printf(m, "domain_joins %llu\n", s.domain_joins);
+	seq_printf(m, "parallel_maps %llu\n", s.parallel_maps);
+	seq_printf(m, "parallel_helpers %llu\n", s.parallel_helpers);
+	seq_printf(m, "parallel_chunks %llu\n", s.parallel_chunks);
+	seq_printf(m, "parallel_helper_chunks %llu\n", s.parallel_helper_chunks);
+	seq_printf(m, "parallel_chunk_ns %llu\n", s.parallel_chunk_ns);
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(fm_stats);

@@ -46,6 +46,8 @@
 extern bool fm_allow_unsafe_interrupts;
 extern bool fm_disable_hugepages;
 extern unsigned int fm_dma_entry_limit;
+extern int fm_pin_threads;
+extern unsigned int fm_pin_parallel_min_mb;
 
 /* Cumulative counters of one container (debugfs.c), under iommu->lock. */
 struct fm_stats {
@@ -57,6 +59,12 @@ struct fm_stats {
 	u64			batch_pages;
 	u64			folio_pinned_pages;	/* by memfd_pin_folios() */
 	u64			domain_joins;	/* groups attached to a domain in use */
+	/* MAP_DMA pinned in parallel (parallel.c) */
+	u64			parallel_maps;
+	u64			parallel_helpers;	/* helper threads they started */
+	u64			parallel_chunks;	/* chunks charged and mapped */
+	u64			parallel_helper_chunks;	/* ... of them filled by helpers */
+	u64			parallel_chunk_ns;	/* time filling them */
 };
 
 /* One container. */

@@ -20,13 +20,14 @@
 static int fm_map_new(struct fm_iommu *iommu, struct fm_dma *dma)
 {
 	struct fm_pinner p __uninitialized;
+	struct fm_batch batch __uninitialized;
 	u64 start = trace_foliomap_map_enabled() ? ktime_get_ns() : 0;
 	int ret;
 
-	fm_pinner_init(&p, iommu, dma, NULL);
-	fm_batch_init(&p.batch, dma->size >> PAGE_SHIFT);
+	fm_pinner_init(&p, iommu, dma, NULL, &batch);
+	fm_batch_init(&batch, dma->size >> PAGE_SHIFT);
 	ret = fm_pin_map_dma(&p);
-	fm_batch_fini(&p.batch);
+	fm_batch_fini(&batch);
 	dma->iommu_mapped = true;
 	if (ret) {
 		dma->size = p.run_iova - dma->iova;

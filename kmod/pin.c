@@ -7,7 +7,9 @@
  *   batch    batch.c: one mmap_read_lock round trip fills a batch of up to
  *            FM_BATCH_PAGES pages (GUP-fast, the locked GUP walk, VM_PFNMAP
  *            lookups, or folio pins for shared hugetlbfs, filepin.c) and
- *            cuts it into physically contiguous runs;
+ *            cuts it into physically contiguous runs; for a large MAP_DMA,
+ *            helper threads fill the batches ahead (parallel.c) and the
+ *            caller takes them in IOVA order;
  *   charge   charge.c: one pass over the batch: one reserved test per folio
  *            segment, one vpfn count per stretch of ordinary pages, and a
  *            single fm_lock_acct() for the whole batch;
@@ -35,11 +37,16 @@ static long fm_pin_batch(struct fm_pinner *p, unsigned long left)
 	long n;
 	int ret;
 
-	n = fm_pinner_fill(p, dma->vaddr + (fm_pinner_next_iova(p) - dma->iova), left);
+	if (p->par)
+		n = fm_par_next(p);
+	else
+		n = fm_pinner_fill(p, dma->vaddr + (fm_pinner_next_iova(p) - dma->iova), left);
 	if (n < 0)
 		return n;
 	p->iommu->stats.batches++;
 	p->iommu->stats.batch_pages += n;
+	if (p->batch->folio_pinned)
+		p->iommu->stats.folio_pinned_pages += n;
 	ret = fm_batch_charge(p);
 	if (ret) {
 		fm_batch_release(p, 0, 0, false);
@@ -73,6 +80,9 @@ int fm_pin_map_dma(struct fm_pinner *p)
 	 */
 	dma->folio_pins = false;
 	p->mode_known = p->single || left <= FM_BATCH_INLINE;
+	/* A large new mapping: helper threads may fill batches ahead. */
+	if (!p->target)
+		fm_par_start(p);
 
 	while (left) {
 		long n;
@@ -92,6 +102,9 @@ int fm_pin_map_dma(struct fm_pinner *p)
 		left -= n;
 	}
 
+	/* Helpers gone, what they pinned beyond the error released. */
+	if (p->par)
+		fm_par_stop(p);
 	if (!ret && p->run_npage)
 		ret = fm_run_map(p);
 	if (ret && p->run_npage) {

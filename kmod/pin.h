@@ -8,6 +8,7 @@
  *              filepin.c) and cut it into physically contiguous runs
  *   charge.c   charge a batch to the owner's locked memory (and every other
  *              locked-memory change: unmap, pin_pages, change of owner)
+ *   parallel.c a large MAP_DMA: batches filled ahead by helper threads
  *   run.c      grow the open run across batches, map it into the domains
  *   record.c   the run record: the runs a mapping was mapped with
  *   replay.c   fill a new domain from the mappings already there
@@ -48,6 +49,7 @@ struct fm_batch {
 	unsigned long	nr_runs;
 	unsigned long	size;		/* pages in runs[] */
 	bool		pfnmap;		/* looked up, not pinned */
+	bool		folio_pinned;	/* by memfd_pin_folios() */
 	/* Small maps, and any map when nothing larger was free. */
 	struct page	*inline_pages[FM_BATCH_INLINE];
 	struct fm_run	inline_runs[FM_BATCH_INLINE];
@@ -66,7 +68,8 @@ struct fm_pinner {
 	struct fm_dma		*dma;
 	struct fm_domain	*target;	/* replay: only this domain */
 	struct mm_struct	*mm;
-	struct fm_batch		batch;
+	struct fm_batch		*batch;		/* being charged and mapped */
+	struct fm_par		*par;		/* helpers fill batches, or NULL */
 	/* The open run; [dma->iova, run_iova) is already mapped. */
 	dma_addr_t		run_iova;
 	unsigned long		run_pfn;
@@ -81,20 +84,23 @@ struct fm_pinner {
 };
 
 /*
- * Start a pinner over @dma, for every domain or only @target (replay).
- * Callers declare it __uninitialized and this sets every field but the
- * batch's, which the caller sets up once (fm_batch_init()) for one dma or,
- * in a replay, for all of them: the kernel's zeroed stack variables would
- * otherwise clear the batch's inline arrays, half a KiB, on every
- * MAP_DMA, and a small one only reads what it wrote there.
+ * Start a pinner over @dma, for every domain or only @target (replay),
+ * through @batch, which the caller sets up once (fm_batch_init()) for one
+ * dma or, in a replay, for all of them. Both may be __uninitialized on the
+ * caller's stack: the kernel's zeroed stack variables would otherwise
+ * clear the batch's inline arrays, half a KiB, on every MAP_DMA, and a
+ * small one only reads what it wrote there.
  */
 static inline void fm_pinner_init(struct fm_pinner *p, struct fm_iommu *iommu,
-				  struct fm_dma *dma, struct fm_domain *target)
+				  struct fm_dma *dma, struct fm_domain *target,
+				  struct fm_batch *batch)
 {
 	p->iommu = iommu;
 	p->dma = dma;
 	p->target = target;
 	p->mm = dma->mm;
+	p->batch = batch;
+	p->par = NULL;
 	p->run_iova = dma->iova;
 	p->run_pfn = 0;
 	p->run_npage = 0;
@@ -119,6 +125,12 @@ int fm_pin_map_dma(struct fm_pinner *p);
 void fm_batch_init(struct fm_batch *b, unsigned long npage);
 void fm_batch_fini(struct fm_batch *b);
 long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npage);
+void fm_pinner_decide_mode(struct fm_pinner *p);
+
+/* parallel.c: helpers fill the batches of a large MAP_DMA ahead */
+void fm_par_start(struct fm_pinner *p);
+long fm_par_next(struct fm_pinner *p);
+void fm_par_stop(struct fm_pinner *p);
 
 /* charge.c: the batch's charge (fm_lock_acct() and the owner: foliomap.h) */
 int fm_batch_charge(struct fm_pinner *p);

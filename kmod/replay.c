@@ -86,7 +86,7 @@ static int fm_replay_pin(struct fm_iommu *iommu, struct fm_pinner *p, struct fm_
 	/* Pages come from the mapping's own address space, never current's. */
 	if (!own_mm && !mmget_not_zero(dma->mm))
 		return -ESRCH;
-	fm_pinner_init(p, iommu, dma, dst);
+	fm_pinner_init(p, iommu, dma, dst, p->batch);
 	ret = fm_pin_map_dma(p);
 	if (!own_mm)
 		mmput(dma->mm);
@@ -126,6 +126,7 @@ static void fm_replay_undo(struct fm_domain *dst, struct fm_dma *dma, size_t siz
 int fm_replay(struct fm_iommu *iommu, struct fm_domain *domain)
 {
 	struct fm_pinner p __uninitialized;
+	struct fm_batch batch __uninitialized;
 	struct fm_domain *src = NULL, *d;
 	unsigned long pin_pages;
 	struct rb_node *n;
@@ -141,8 +142,9 @@ int fm_replay(struct fm_iommu *iommu, struct fm_domain *domain)
 	}
 
 	pin_pages = fm_replay_pin_pages(iommu);
+	p.batch = &batch;
 	if (pin_pages)
-		fm_batch_init(&p.batch, pin_pages);
+		fm_batch_init(&batch, pin_pages);
 
 	for (n = rb_first(&iommu->dma_tree); n; n = rb_next(n)) {
 		dma = rb_entry(n, struct fm_dma, node);
@@ -167,6 +169,6 @@ unwind:
 	}
 out:
 	if (pin_pages)
-		fm_batch_fini(&p.batch);
+		fm_batch_fini(&batch);
 	return ret;
 }

@@ -57,7 +57,7 @@ int fm_run_map(struct fm_pinner *p)
  */
 static void fm_run_join_pins(struct fm_pinner *p, unsigned long pfn)
 {
-	if (!p->dma->folio_pins || p->batch.pfnmap || !p->run_tail_pinned)
+	if (!p->dma->folio_pins || p->batch->pfnmap || !p->run_tail_pinned)
 		return;
 	if (page_folio(pfn_to_page(pfn)) == page_folio(pfn_to_page(pfn - 1)))
 		unpin_user_page(pfn_to_page(pfn));
@@ -67,7 +67,7 @@ static void fm_run_join_pins(struct fm_pinner *p, unsigned long pfn)
 int fm_batch_map(struct fm_pinner *p)
 {
 	bool single = p->single;
-	struct fm_batch *b = &p->batch;
+	struct fm_batch *b = p->batch;
 	unsigned long r;
 	int ret;
 
@@ -109,7 +109,7 @@ int fm_batch_map(struct fm_pinner *p)
 void fm_batch_release(struct fm_pinner *p, unsigned long r, unsigned long off,
 		      bool charged)
 {
-	struct fm_batch *b = &p->batch;
+	struct fm_batch *b = p->batch;
 	dma_addr_t iova = fm_pinner_next_iova(p);
 
 	for (; r < b->nr_runs; r++, off = 0) {

@@ -5,6 +5,11 @@
  *
  *   foliomap_map    a MAP_DMA mapping pinned, charged and mapped
  *   foliomap_unmap  a mapping taken out of the IOMMU and released
+ *   foliomap_pin_chunk     a chunk of a MAP_DMA pinned in parallel, when
+ *                          the caller took it: filler 0 is the caller,
+ *                          1.. a helper thread; ns is the fill's time
+ *   foliomap_pin_parallel  a MAP_DMA pinned in parallel: threads (the
+ *                          caller and its helpers) and chunks
  *
  * iova and size describe the mapping, pages = size / PAGE_SIZE; runs is the
  * number of physically contiguous runs the pin pipeline mapped (one
@@ -43,6 +48,34 @@ DEFINE_EVENT(foliomap_dma, foliomap_map,
 DEFINE_EVENT(foliomap_dma, foliomap_unmap,
 	     TP_PROTO(u64 iova, u64 size, unsigned long runs, u64 ns),
 	     TP_ARGS(iova, size, runs, ns));
+
+TRACE_EVENT(foliomap_pin_chunk,
+	    TP_PROTO(u64 iova, u64 size, unsigned int filler, u64 ns),
+	    TP_ARGS(iova, size, filler, ns),
+	    TP_STRUCT__entry(__field(u64, iova)
+			     __field(u64, size)
+			     __field(unsigned int, filler)
+			     __field(u64, ns)),
+	    TP_fast_assign(__entry->iova = iova;
+			   __entry->size = size;
+			   __entry->filler = filler;
+			   __entry->ns = ns;),
+	    TP_printk("iova=0x%llx size=0x%llx filler=%u ns=%llu",
+		      __entry->iova, __entry->size, __entry->filler, __entry->ns));
+
+TRACE_EVENT(foliomap_pin_parallel,
+	    TP_PROTO(u64 iova, u64 size, unsigned int threads, unsigned long chunks),
+	    TP_ARGS(iova, size, threads, chunks),
+	    TP_STRUCT__entry(__field(u64, iova)
+			     __field(u64, size)
+			     __field(unsigned int, threads)
+			     __field(unsigned long, chunks)),
+	    TP_fast_assign(__entry->iova = iova;
+			   __entry->size = size;
+			   __entry->threads = threads;
+			   __entry->chunks = chunks;),
+	    TP_printk("iova=0x%llx size=0x%llx threads=%u chunks=%lu",
+		      __entry->iova, __entry->size, __entry->threads, __entry->chunks));
 
 #endif /* _FOLIOMAP_TRACE_H */
 

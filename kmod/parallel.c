@@ -1,0 +1,513 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Parallel pinning of a large MAP_DMA. Faulting in and zeroing memory that
+ * was never touched is most of what a VMM's MAP_DMA of guest RAM costs
+ * without prealloc, and GUP does it one page after another. Here helper
+ * kernel threads fill the pipeline's batches ahead of the caller:
+ *
+ *   - the dma is cut into chunks at vaddr multiples of a power of two
+ *     (2 MiB to 32 MiB); chunks are claimed in IOVA order, by helpers and
+ *     by the caller, at most a window of them ahead of the oldest one not
+ *     yet consumed;
+ *   - a chunk is filled with the ordinary fill (batch.c) into batches of
+ *     its own: GUP pins, folio pins or PFNMAP lookups, nothing charged,
+ *     nothing mapped, stopping at the first error;
+ *   - the caller alone takes the batches in IOVA order and charges and maps
+ *     them as it would its own (pin.c): the charge, the run record and the
+ *     error returned are those of a serial map, and the first error in
+ *     IOVA order ends the map;
+ *   - at the end the helpers are stopped (they exit before the ioctl
+ *     returns) and every batch not consumed is unpinned, never charged.
+ *
+ * A helper works in the caller's mm (kthread_use_mm()): faults there
+ * charge the mm's memory cgroup, page tables too (the caller's memcg is
+ * made active), and follow the vmas' NUMA policies. A helper runs only on
+ * CPUs the caller may run on, at the caller's nice level. What a kernel
+ * thread cannot take over keeps the map serial: the caller's own task
+ * mempolicy, a cpuset that narrows its memory nodes, and hugetlbfs memory,
+ * whose pages the hugetlb cgroup charges to the faulting task. The
+ * helpers' CPU time is their own (kernel threads, outside the caller's
+ * cgroups): pin_threads=0 turns them off.
+ *
+ * Memory beyond the first error may have been faulted in by a helper
+ * before the error stopped it; it stays in the process, unpinned and
+ * uncharged, as if the process had touched it.
+ */
+#include <linux/cpuset.h>
+#include <linux/hugetlb.h>
+#include <linux/kthread.h>
+#include <linux/ktime.h>
+#include <linux/memcontrol.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/signal.h>
+#include <linux/sizes.h>
+#include <linux/slab.h>
+#include <linux/wait.h>
+
+#include "pin.h"
+#include "trace.h"
+
+#define FM_PAR_MAX_HELPERS	15
+#define FM_PAR_CHUNK_MIN	SZ_2M
+#define FM_PAR_CHUNK_MAX	SZ_32M
+/* Chunks per thread in flight: one being filled, one waiting. */
+#define FM_PAR_WINDOW_PER_THREAD 2
+
+struct fm_par_batch {
+	struct list_head	node;
+	unsigned long		vaddr;		/* where the batch starts */
+	struct fm_batch		batch;
+};
+
+struct fm_par_chunk {
+	struct list_head	batches;	/* struct fm_par_batch, in order */
+	long			err;		/* the fill's, after the batches */
+	u64			ns;		/* time the fill took */
+	unsigned int		filler;		/* 0: the caller, else helper n */
+	bool			done;		/* filled: the caller's now */
+};
+
+struct fm_par {
+	struct fm_pinner	*p;		/* the caller's */
+	struct fm_pinner	fill;		/* the caller's own fills */
+	struct fm_batch		*own;		/* p's batch, back at the end */
+	struct fm_par_batch	*cur;		/* being consumed by p */
+	unsigned int		shift;		/* chunk size */
+	unsigned long		nr_chunks;
+	unsigned int		window;		/* chunks in the ring */
+	struct fm_par_chunk	*ring;		/* chunk i at i % window */
+	spinlock_t		lock;
+	unsigned long		claimed;	/* chunks handed out */
+	unsigned long		consumed;	/* chunks taken by p */
+	bool			abort;
+	wait_queue_head_t	wq;		/* chunk done, window moved, abort */
+	struct mem_cgroup	*memcg;		/* the mm's, for page tables */
+	unsigned int		nr_helpers;
+	struct task_struct	*helpers[FM_PAR_MAX_HELPERS];
+};
+
+static struct fm_par_chunk *fm_par_chunk(struct fm_par *par, unsigned long i)
+{
+	return &par->ring[i % par->window];
+}
+
+/* Chunk @i: its first vaddr and its number of pages. */
+static unsigned long fm_par_chunk_range(struct fm_par *par, unsigned long i,
+					unsigned long *npage)
+{
+	struct fm_dma *dma = par->p->dma;
+	unsigned long last = dma->vaddr + dma->size - 1;
+	unsigned long start = ((dma->vaddr >> par->shift) + i) << par->shift;
+	unsigned long end = start + (1UL << par->shift) - 1;
+
+	start = max(start, dma->vaddr);
+	*npage = ((min(end, last) - start) >> PAGE_SHIFT) + 1;
+	return start;
+}
+
+/* The next chunk to fill, if the window has room and nobody stopped. */
+static bool fm_par_claim(struct fm_par *par, unsigned long *i)
+{
+	bool ok;
+
+	spin_lock(&par->lock);
+	ok = !par->abort && par->claimed < par->nr_chunks &&
+	     par->claimed < par->consumed + par->window;
+	if (ok)
+		*i = par->claimed++;
+	spin_unlock(&par->lock);
+	return ok;
+}
+
+/* Does a waiting helper have anything to do, or nothing ever again? */
+static bool fm_par_helper_wake(struct fm_par *par)
+{
+	bool wake;
+
+	spin_lock(&par->lock);
+	wake = par->abort || par->claimed == par->nr_chunks ||
+	       par->claimed < par->consumed + par->window;
+	spin_unlock(&par->lock);
+	return wake;
+}
+
+static void fm_par_batch_free(struct fm_par_batch *pb)
+{
+	fm_batch_fini(&pb->batch);
+	kfree(pb);
+}
+
+/*
+ * Fill chunk @i through @f (a pinner of the caller's or a helper's), up to
+ * its end or its first error. Only the filler touches the chunk until it
+ * is done.
+ */
+static void fm_par_fill_chunk(struct fm_par *par, struct fm_pinner *f, unsigned long i,
+			      unsigned int filler)
+{
+	struct fm_par_chunk *c = fm_par_chunk(par, i);
+	u64 start = ktime_get_ns();
+	unsigned long vaddr, left;
+	long err = 0;
+
+	vaddr = fm_par_chunk_range(par, i, &left);
+	while (left) {
+		struct fm_par_batch *pb;
+		long n;
+
+		/* The caller's fatal signal; a helper learns of it by abort. */
+		if (READ_ONCE(par->abort) || fatal_signal_pending(current)) {
+			err = -EINTR;
+			break;
+		}
+		pb = kmalloc(sizeof(*pb), GFP_KERNEL);
+		if (!pb) {
+			err = -ENOMEM;
+			break;
+		}
+		fm_batch_init(&pb->batch, left);
+		f->batch = &pb->batch;
+		n = fm_pinner_fill(f, vaddr, left);
+		if (n < 0) {
+			fm_par_batch_free(pb);
+			err = n;
+			break;
+		}
+		pb->vaddr = vaddr;
+		list_add_tail(&pb->node, &c->batches);
+		vaddr += n << PAGE_SHIFT;
+		left -= n;
+		cond_resched();
+	}
+	f->batch = NULL;
+	c->err = err;
+	c->ns = ktime_get_ns() - start;
+	c->filler = filler;
+	/* The batches and the result above are complete before done is. */
+	smp_store_release(&c->done, true);
+	wake_up_all(&par->wq);
+}
+
+static void fm_par_fill_init(struct fm_par *par, struct fm_pinner *f)
+{
+	struct fm_pinner *p = par->p;
+
+	fm_pinner_init(f, p->iommu, p->dma, NULL, NULL);
+	f->single = p->single;
+	f->mode_known = true;
+}
+
+struct fm_par_helper_arg {
+	struct fm_par	*par;
+	unsigned int	id;
+};
+
+static int fm_par_helper(void *data)
+{
+	struct fm_par *par = ((struct fm_par_helper_arg *)data)->par;
+	unsigned int id = ((struct fm_par_helper_arg *)data)->id;
+	struct mem_cgroup *old;
+	struct fm_pinner f;
+	unsigned long i;
+
+	kfree(data);
+	fm_par_fill_init(par, &f);
+	kthread_use_mm(par->p->mm);
+	old = set_active_memcg(par->memcg);
+	for (;;) {
+		if (fm_par_claim(par, &i)) {
+			fm_par_fill_chunk(par, &f, i, id);
+			continue;
+		}
+		/* Idle, not uninterruptible: a kernel thread takes no signal. */
+		wait_event_interruptible(par->wq, fm_par_helper_wake(par));
+		if (READ_ONCE(par->abort) || READ_ONCE(par->claimed) == par->nr_chunks)
+			break;
+	}
+	set_active_memcg(old);
+	kthread_unuse_mm(par->p->mm);
+
+	/* kthread_stop() reaps us: the ioctl never returns before. */
+	set_current_state(TASK_INTERRUPTIBLE);
+	while (!kthread_should_stop()) {
+		schedule();
+		set_current_state(TASK_INTERRUPTIBLE);
+	}
+	__set_current_state(TASK_RUNNING);
+	return 0;
+}
+
+/*
+ * Helpers for this caller: pin_threads (-1: one fewer than the CPUs the
+ * caller may run on), at most one fewer than the chunks. 0 when the
+ * caller's memory placement is its task's, which a kernel thread does not
+ * have: a task mempolicy, or a cpuset narrower than the memory nodes.
+ */
+static unsigned int fm_par_helpers_wanted(unsigned long nr_chunks)
+{
+	int want = READ_ONCE(fm_pin_threads);
+	unsigned int cpus = cpumask_weight(current->cpus_ptr);
+
+	if (!want || cpus < 2 || nr_chunks < 2 || fm_compat_task_mempolicy())
+		return 0;
+	if (!nodes_subset(node_states[N_MEMORY], cpuset_current_mems_allowed))
+		return 0;
+	if (want < 0 || want > cpus - 1)
+		want = cpus - 1;
+	return min3((unsigned long)want, nr_chunks - 1, (unsigned long)FM_PAR_MAX_HELPERS);
+}
+
+/* A helper bound to the caller's CPUs at its nice level, not yet woken. */
+static struct task_struct *fm_par_helper_create(struct fm_par *par, unsigned int id)
+{
+	struct fm_par_helper_arg *arg = kmalloc(sizeof(*arg), GFP_KERNEL);
+	struct task_struct *t;
+
+	if (!arg)
+		return NULL;
+	arg->par = par;
+	arg->id = id;
+	t = kthread_create(fm_par_helper, arg, "foliomap-pin/%d", task_pid_nr(current));
+	if (IS_ERR(t)) {
+		kfree(arg);
+		return NULL;
+	}
+	if (set_cpus_allowed_ptr(t, current->cpus_ptr)) {
+		/* Never run: the thread function does not free its argument. */
+		kthread_stop(t);
+		kfree(arg);
+		return NULL;
+	}
+	set_user_nice(t, task_nice(current));
+	return t;
+}
+
+/*
+ * May helpers fault [vaddr, vaddr + size)? Not hugetlbfs
+ * memory (above); a range with holes fails where it fails, as serially.
+ */
+static bool fm_par_range_ok(struct fm_dma *dma, struct mm_struct *mm)
+{
+	unsigned long addr, last;
+	struct vm_area_struct *vma;
+	bool ok = true;
+
+	mmap_read_lock(mm);
+	addr = fm_compat_untagged_addr(mm, dma->vaddr);
+	last = addr + dma->size - 1;
+	for (vma = find_vma(mm, addr); vma && vma->vm_start <= last;
+	     vma = find_vma(mm, vma->vm_end)) {
+		if (is_vm_hugetlb_page(vma)) {
+			ok = false;
+			break;
+		}
+		if (vma->vm_end - 1 >= last)
+			break;
+	}
+	mmap_read_unlock(mm);
+	return ok;
+}
+
+/*
+ * Choose the chunk size: about four chunks per thread, between
+ * FM_PAR_CHUNK_MIN and FM_PAR_CHUNK_MAX, so that threads finish close
+ * together and a chunk is still milliseconds of work.
+ */
+static unsigned int fm_par_shift(unsigned long size, unsigned int threads)
+{
+	unsigned long chunk = size / (4 * threads);
+
+	chunk = clamp_t(unsigned long, chunk, FM_PAR_CHUNK_MIN, FM_PAR_CHUNK_MAX);
+	return ilog2(chunk);
+}
+
+static unsigned long fm_par_nr_chunks(struct fm_dma *dma, unsigned int shift)
+{
+	return ((dma->vaddr + dma->size - 1) >> shift) - (dma->vaddr >> shift) + 1;
+}
+
+/*
+ * Called by fm_pin_map_dma() for a new mapping, before its first fill:
+ * start helpers if the map is large enough and the caller may have them.
+ * Without (nothing to gain, no memory, no thread) the map stays serial.
+ */
+void fm_par_start(struct fm_pinner *p)
+{
+	u64 min = (u64)READ_ONCE(fm_pin_parallel_min_mb) << 20;
+	unsigned int helpers, shift, i;
+	struct fm_dma *dma = p->dma;
+	struct fm_par *par;
+
+	if (dma->size < max_t(u64, min, 2 * FM_PAR_CHUNK_MIN) || p->mm != current->mm)
+		return;
+	helpers = fm_par_helpers_wanted(fm_par_nr_chunks(dma, ilog2(FM_PAR_CHUNK_MIN)));
+	if (!helpers || !fm_par_range_ok(dma, p->mm))
+		return;
+	shift = fm_par_shift(dma->size, helpers + 1);
+
+	par = kzalloc(sizeof(*par), GFP_KERNEL);
+	if (!par)
+		return;
+	par->p = p;
+	par->own = p->batch;
+	par->shift = shift;
+	par->nr_chunks = fm_par_nr_chunks(dma, shift);
+	helpers = min_t(unsigned long, helpers, par->nr_chunks - 1);
+	par->window = FM_PAR_WINDOW_PER_THREAD * (helpers + 1);
+	par->ring = kcalloc(par->window, sizeof(*par->ring), GFP_KERNEL);
+	if (!par->ring) {
+		kfree(par);
+		return;
+	}
+	for (i = 0; i < par->window; i++)
+		INIT_LIST_HEAD(&par->ring[i].batches);
+	spin_lock_init(&par->lock);
+	init_waitqueue_head(&par->wq);
+
+	/* Every fill must take the same kind of pins. */
+	if (!p->mode_known)
+		fm_pinner_decide_mode(p);
+	fm_par_fill_init(par, &par->fill);
+	par->memcg = get_mem_cgroup_from_mm(p->mm);
+
+	for (i = 0; i < helpers; i++) {
+		struct task_struct *t = fm_par_helper_create(par, i + 1);
+
+		if (!t)
+			break;
+		par->helpers[par->nr_helpers++] = t;
+	}
+	if (!par->nr_helpers) {
+		mem_cgroup_put(par->memcg);
+		kfree(par->ring);
+		kfree(par);
+		return;
+	}
+	p->par = par;
+	for (i = 0; i < par->nr_helpers; i++)
+		wake_up_process(par->helpers[i]);
+}
+
+/* The consumed chunk's batches are all taken: move the window on. */
+static void fm_par_chunk_consumed(struct fm_par *par, struct fm_par_chunk *c)
+{
+	struct fm_pinner *p = par->p;
+	unsigned long npage, vaddr = fm_par_chunk_range(par, par->consumed, &npage);
+
+	trace_foliomap_pin_chunk(p->dma->iova + (vaddr - p->dma->vaddr),
+				 (u64)npage << PAGE_SHIFT, c->filler, c->ns);
+	p->iommu->stats.parallel_chunks++;
+	if (c->filler)
+		p->iommu->stats.parallel_helper_chunks++;
+	p->iommu->stats.parallel_chunk_ns += c->ns;
+
+	c->done = false;
+	spin_lock(&par->lock);
+	par->consumed++;
+	spin_unlock(&par->lock);
+	wake_up_all(&par->wq);
+}
+
+/*
+ * The next batch in IOVA order, as p->batch, for the caller to charge and
+ * map: its size in pages, or the error the fill stopped at there. While
+ * the batch it needs is still being filled, the caller fills the next
+ * unclaimed chunk itself, or waits (killably) when there is none.
+ */
+long fm_par_next(struct fm_pinner *p)
+{
+	struct fm_par *par = p->par;
+	unsigned long i;
+
+	/* The batch before is consumed (pin.c mapped or released it). */
+	if (par->cur) {
+		fm_par_batch_free(par->cur);
+		par->cur = NULL;
+		p->batch = par->own;
+	}
+	for (;;) {
+		struct fm_par_chunk *c;
+		struct fm_par_batch *pb;
+
+		if (WARN_ON_ONCE(par->consumed == par->nr_chunks))
+			return -EFAULT;
+		c = fm_par_chunk(par, par->consumed);
+		/* Pairs with the filler's release: its batches are all there. */
+		if (smp_load_acquire(&c->done)) {
+			pb = list_first_entry_or_null(&c->batches, struct fm_par_batch, node);
+			if (pb) {
+				list_del(&pb->node);
+				par->cur = pb;
+				p->batch = &pb->batch;
+				return pb->batch.size;
+			}
+			if (c->err)
+				return c->err;
+			fm_par_chunk_consumed(par, c);
+			continue;
+		}
+		if (fm_par_claim(par, &i)) {
+			fm_par_fill_chunk(par, &par->fill, i, 0);
+			continue;
+		}
+		/* As above. */
+		if (wait_event_killable(par->wq, smp_load_acquire(&c->done)))
+			return -EINTR;
+	}
+}
+
+/* Unpin a batch nobody charged or mapped. */
+static void fm_par_batch_release(struct fm_par *par, struct fm_par_batch *pb)
+{
+	struct fm_dma *dma = par->p->dma;
+	dma_addr_t iova = dma->iova + (pb->vaddr - dma->vaddr);
+	struct fm_batch *b = &pb->batch;
+	unsigned long r;
+
+	for (r = 0; r < b->nr_runs; r++) {
+		fm_unpin_run(dma, iova, b->runs[r].pfn, b->runs[r].npage, false);
+		iova += b->runs[r].npage << PAGE_SHIFT;
+	}
+	fm_par_batch_free(pb);
+}
+
+/*
+ * After the caller's last batch, done or failed: stop the helpers and wait
+ * for them to exit, then unpin whatever was filled and never consumed.
+ */
+void fm_par_stop(struct fm_pinner *p)
+{
+	struct fm_par *par = p->par;
+	unsigned long i;
+	unsigned int h;
+
+	spin_lock(&par->lock);
+	par->abort = true;
+	spin_unlock(&par->lock);
+	wake_up_all(&par->wq);
+	for (h = 0; h < par->nr_helpers; h++)
+		kthread_stop(par->helpers[h]);
+
+	if (par->cur)
+		fm_par_batch_free(par->cur);
+	/* Claimed chunks are all done now; the first may be partly consumed. */
+	for (i = par->consumed; i < par->claimed; i++) {
+		struct fm_par_chunk *c = fm_par_chunk(par, i);
+		struct fm_par_batch *pb, *next;
+
+		list_for_each_entry_safe(pb, next, &c->batches, node) {
+			list_del(&pb->node);
+			fm_par_batch_release(par, pb);
+		}
+	}
+
+	p->iommu->stats.parallel_maps++;
+	p->iommu->stats.parallel_helpers += par->nr_helpers;
+	trace_foliomap_pin_parallel(p->dma->iova, p->dma->size, par->nr_helpers + 1,
+				    par->nr_chunks);
+	p->batch = par->own;
+	p->par = NULL;
+	mem_cgroup_put(par->memcg);
+	kfree(par->ring);
+	kfree(par);
+}

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * foliomap's per-container counters in debugfs (<debugfs>/foliomap/<id>/
+ * stats), for the tests that read them: debugfs or tracefs mounted on
+ * demand, the newest container's id, one counter by name.
+ */
+#ifndef FOLIOMAP_TESTS_FMSTATS_H
+#define FOLIOMAP_TESTS_FMSTATS_H
+
+#include <dirent.h>
+#include <sys/mount.h>
+
+#include "common.h"
+
+#define DEBUGFS		"/sys/kernel/debug"
+#define TRACEFS		"/sys/kernel/tracing"
+#define FM_DEBUGFS	DEBUGFS "/foliomap"
+
+static void th_mount(struct th *t, const char *type, const char *dir)
+{
+	char probe[256];
+
+	snprintf(probe, sizeof(probe), "%s/%s", dir,
+		 strcmp(type, "tracefs") ? "foliomap" : "trace");
+	if (access(probe, F_OK) == 0)
+		return;
+	if (mount(type, dir, type, 0, NULL) && errno != EBUSY)
+		FAIL("mount -t %s %s: %s", type, dir, strerror(errno));
+}
+
+/* The highest numbered container directory (the newest), 0 if none. */
+static int newest_container(struct th *t)
+{
+	DIR *d = opendir(FM_DEBUGFS);
+	struct dirent *e;
+	int id = 0;
+
+	if (!d)
+		FAIL("%s: %s", FM_DEBUGFS, strerror(errno));
+	while ((e = readdir(d)))
+		if (atoi(e->d_name) > id)
+			id = atoi(e->d_name);
+	closedir(d);
+	return id;
+}
+
+/* One counter of container @id, -1 if missing. */
+static long long stat_of(int id, const char *name)
+{
+	char path[128], key[64];
+	long long v, ret = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), FM_DEBUGFS "/%d/stats", id);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fscanf(f, "%63s %lld", key, &v) == 2)
+		if (!strcmp(key, name))
+			ret = v;
+	fclose(f);
+	return ret;
+}
+
+#endif
