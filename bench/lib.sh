@@ -70,15 +70,17 @@ bench_check_setup() {
 # Guest memory: three times the largest buffer plus 3 GiB (buffer, hugetlb
 # pool being returned, page tables and the kernel).
 bench_guest() {
-	local out=$1 max=$2 mem det=() bar=()
+	local out=$1 max=$2 mem det=() bar=() env=()
 	shift 2
 	mem=$(awk -v g="$max" 'BEGIN { m = g * 3 + 3; printf "%d", (m == int(m)) ? m : int(m) + 1 }')
 	[ "$deterministic" = 1 ] && det=(--deterministic)
 	# Mode bar maps device memory: an ivshmem-plain BAR of BAR_SIZE (256M).
 	[[ " ${modes:-} " != *" bar "* ]] || bar=(--ivshmem "${BAR_SIZE:-256M}")
+	# foliomap's helper threads (bench/switch-backend sets them): 0 is off.
+	[ -z "${FOLIOMAP_PIN_THREADS:-}" ] || env=(--env "FOLIOMAP_PIN_THREADS=$FOLIOMAP_PIN_THREADS")
 	echo "$PROG: guest $krel, ${mem}G, backends $backends, loops $loops${det:+, deterministic}" >&2
 	"$REPO/vm/run" --kernel "$kernel" --backend stock --mem "${mem}G" --share "$REPO" \
-		"${det[@]}" "${bar[@]}" -- "$REPO/bench/guest-bench" --loops "$loops" \
+		"${det[@]}" "${bar[@]}" "${env[@]}" -- "$REPO/bench/guest-bench" --loops "$loops" \
 		--backends "$backends" "$@" > "$out"
 }
 
