@@ -67,6 +67,14 @@ struct fm_par_chunk {
 	bool			done;		/* filled: the caller's now */
 };
 
+struct fm_par;
+
+struct fm_par_helper {
+	struct fm_par		*par;
+	struct task_struct	*task;
+	unsigned int		id;		/* 1.. (0 is the caller) */
+};
+
 struct fm_par {
 	struct fm_pinner	*p;		/* the caller's */
 	struct fm_pinner	fill;		/* the caller's own fills */
@@ -83,7 +91,7 @@ struct fm_par {
 	wait_queue_head_t	wq;		/* chunk done, window moved, abort */
 	struct mem_cgroup	*memcg;		/* the mm's, for page tables */
 	unsigned int		nr_helpers;
-	struct task_struct	*helpers[FM_PAR_MAX_HELPERS];
+	struct fm_par_helper	helpers[FM_PAR_MAX_HELPERS];
 };
 
 static struct fm_par_chunk *fm_par_chunk(struct fm_par *par, unsigned long i)
@@ -197,26 +205,20 @@ static void fm_par_fill_init(struct fm_par *par, struct fm_pinner *f)
 	f->mode_known = true;
 }
 
-struct fm_par_helper_arg {
-	struct fm_par	*par;
-	unsigned int	id;
-};
-
 static int fm_par_helper(void *data)
 {
-	struct fm_par *par = ((struct fm_par_helper_arg *)data)->par;
-	unsigned int id = ((struct fm_par_helper_arg *)data)->id;
+	struct fm_par_helper *h = data;
+	struct fm_par *par = h->par;
 	struct mem_cgroup *old;
 	struct fm_pinner f;
 	unsigned long i;
 
-	kfree(data);
 	fm_par_fill_init(par, &f);
 	kthread_use_mm(par->p->mm);
 	old = set_active_memcg(par->memcg);
 	for (;;) {
 		if (fm_par_claim(par, &i)) {
-			fm_par_fill_chunk(par, &f, i, id);
+			fm_par_fill_chunk(par, &f, i, h->id);
 			continue;
 		}
 		/* Idle, not uninterruptible: a kernel thread takes no signal. */
@@ -257,29 +259,28 @@ static unsigned int fm_par_helpers_wanted(unsigned long nr_chunks)
 	return min3((unsigned long)want, nr_chunks - 1, (unsigned long)FM_PAR_MAX_HELPERS);
 }
 
-/* A helper bound to the caller's CPUs at its nice level, not yet woken. */
-static struct task_struct *fm_par_helper_create(struct fm_par *par, unsigned int id)
+/*
+ * The next helper, bound to the caller's CPUs at its nice level, not yet
+ * woken. Its argument lives in @par, whether its function runs or not.
+ */
+static bool fm_par_helper_create(struct fm_par *par)
 {
-	struct fm_par_helper_arg *arg = kmalloc(sizeof(*arg), GFP_KERNEL);
+	struct fm_par_helper *h = &par->helpers[par->nr_helpers];
 	struct task_struct *t;
 
-	if (!arg)
-		return NULL;
-	arg->par = par;
-	arg->id = id;
-	t = kthread_create(fm_par_helper, arg, "foliomap-pin/%d", task_pid_nr(current));
-	if (IS_ERR(t)) {
-		kfree(arg);
-		return NULL;
-	}
+	h->par = par;
+	h->id = par->nr_helpers + 1;
+	t = kthread_create(fm_par_helper, h, "foliomap-pin/%d", task_pid_nr(current));
+	if (IS_ERR(t))
+		return false;
 	if (set_cpus_allowed_ptr(t, current->cpus_ptr)) {
-		/* Never run: the thread function does not free its argument. */
 		kthread_stop(t);
-		kfree(arg);
-		return NULL;
+		return false;
 	}
 	set_user_nice(t, task_nice(current));
-	return t;
+	h->task = t;
+	par->nr_helpers++;
+	return true;
 }
 
 /*
@@ -306,6 +307,20 @@ static bool fm_par_range_ok(struct fm_dma *dma, struct mm_struct *mm)
 	}
 	mmap_read_unlock(mm);
 	return ok;
+}
+
+/*
+ * Helpers pin ahead of the charge. Without CAP_IPC_LOCK, only a map whose
+ * whole charge fits in RLIMIT_MEMLOCK now is pinned in parallel: one that
+ * will fail fails serially, never holding more pins beyond the limit than
+ * a serial map's one batch.
+ */
+static bool fm_par_charge_fits(struct fm_dma *dma)
+{
+	unsigned long limit = task_rlimit(dma->task, RLIMIT_MEMLOCK) >> PAGE_SHIFT;
+
+	return dma->lock_cap ||
+	       READ_ONCE(dma->mm->locked_vm) + (dma->size >> PAGE_SHIFT) <= limit;
 }
 
 /*
@@ -341,7 +356,7 @@ void fm_par_start(struct fm_pinner *p)
 	if (dma->size < max_t(u64, min, 2 * FM_PAR_CHUNK_MIN) || p->mm != current->mm)
 		return;
 	helpers = fm_par_helpers_wanted(fm_par_nr_chunks(dma, ilog2(FM_PAR_CHUNK_MIN)));
-	if (!helpers || !fm_par_range_ok(dma, p->mm))
+	if (!helpers || !fm_par_charge_fits(dma) || !fm_par_range_ok(dma, p->mm))
 		return;
 	shift = fm_par_shift(dma->size, helpers + 1);
 
@@ -370,13 +385,8 @@ void fm_par_start(struct fm_pinner *p)
 	fm_par_fill_init(par, &par->fill);
 	par->memcg = get_mem_cgroup_from_mm(p->mm);
 
-	for (i = 0; i < helpers; i++) {
-		struct task_struct *t = fm_par_helper_create(par, i + 1);
-
-		if (!t)
-			break;
-		par->helpers[par->nr_helpers++] = t;
-	}
+	while (par->nr_helpers < helpers && fm_par_helper_create(par))
+		;
 	if (!par->nr_helpers) {
 		mem_cgroup_put(par->memcg);
 		kfree(par->ring);
@@ -385,7 +395,7 @@ void fm_par_start(struct fm_pinner *p)
 	}
 	p->par = par;
 	for (i = 0; i < par->nr_helpers; i++)
-		wake_up_process(par->helpers[i]);
+		wake_up_process(par->helpers[i].task);
 }
 
 /* The consumed chunk's batches are all taken: move the window on. */
@@ -456,7 +466,12 @@ long fm_par_next(struct fm_pinner *p)
 	}
 }
 
-/* Unpin a batch nobody charged or mapped. */
+/*
+ * Unpin a batch nobody charged or mapped. PFNMAP lookups hold no pin. The
+ * release path depends on the dma's flags, which the charge sets for the
+ * batches it sees (charge.c): a reserved page here sets has_rsvd as the
+ * charge would have, so that it is released the way a serial map would.
+ */
 static void fm_par_batch_release(struct fm_par *par, struct fm_par_batch *pb)
 {
 	struct fm_dma *dma = par->p->dma;
@@ -464,6 +479,22 @@ static void fm_par_batch_release(struct fm_par *par, struct fm_par_batch *pb)
 	struct fm_batch *b = &pb->batch;
 	unsigned long r;
 
+	if (b->pfnmap) {
+		fm_par_batch_free(pb);
+		return;
+	}
+	for (r = 0; r < b->nr_runs && !dma->has_rsvd; r++) {
+		unsigned long pfn = b->runs[r].pfn, left = b->runs[r].npage;
+
+		while (left && !dma->has_rsvd) {
+			unsigned long len = fm_folio_segment(pfn, left);
+
+			if (PageReserved(pfn_to_page(pfn)))
+				dma->has_rsvd = true;
+			pfn += len;
+			left -= len;
+		}
+	}
 	for (r = 0; r < b->nr_runs; r++) {
 		fm_unpin_run(dma, iova, b->runs[r].pfn, b->runs[r].npage, false);
 		iova += b->runs[r].npage << PAGE_SHIFT;
@@ -486,7 +517,7 @@ void fm_par_stop(struct fm_pinner *p)
 	spin_unlock(&par->lock);
 	wake_up_all(&par->wq);
 	for (h = 0; h < par->nr_helpers; h++)
-		kthread_stop(par->helpers[h]);
+		kthread_stop(par->helpers[h].task);
 
 	if (par->cur)
 		fm_par_batch_free(par->cur);
