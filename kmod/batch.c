@@ -14,6 +14,7 @@
  *
  * What the batch holds next is charge.c's, then run.c's.
  */
+#include <linux/hugetlb.h>
 #include <linux/sched/signal.h>
 #include <linux/sizes.h>
 #include <linux/slab.h>
@@ -406,6 +407,25 @@ static void fm_fast_result(struct fm_pinner *p, long n)
 	p->fast_backoff = min_t(unsigned int, p->fast_backoff * 2, FM_FAST_BACKOFF_MAX);
 }
 
+/*
+ * Under mmap_read_lock: is any of [@addr, @addr + @len) (untagged) in a
+ * hugetlbfs vma? Holes are not: the fill fails there, as it would anyway.
+ */
+bool fm_range_has_hugetlb(struct mm_struct *mm, unsigned long addr, unsigned long len)
+{
+	unsigned long last = addr + len - 1;
+	struct vm_area_struct *vma;
+
+	for (vma = find_vma(mm, addr); vma && vma->vm_start <= last;
+	     vma = find_vma(mm, vma->vm_end)) {
+		if (is_vm_hugetlb_page(vma))
+			return true;
+		if (vma->vm_end - 1 >= last)
+			break;
+	}
+	return false;
+}
+
 /* Under mmap_read_lock: does the dma take folio pins (@vma: at its start)? */
 static void fm_pinner_set_mode(struct fm_pinner *p, struct vm_area_struct *vma)
 {
@@ -448,6 +468,18 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 	if (fast)
 		n = fm_batch_pin_fast(b, p->mm, vaddr, npage, dma->prot, &seq);
 	mmap_read_lock(p->mm);
+	/*
+	 * A helper thread (parallel.c) never faults hugetlbfs memory in: the
+	 * hugetlb cgroup would charge it, not the caller. Checked under the
+	 * lock the fill holds, it covers every vma the fill can reach.
+	 */
+	if (p->helper && fm_range_has_hugetlb(p->mm, fm_compat_untagged_addr(p->mm, vaddr),
+					      npage << PAGE_SHIFT)) {
+		mmap_read_unlock(p->mm);
+		if (n > 0)
+			unpin_user_pages(b->pages, n);
+		return -EXDEV;
+	}
 	if (!p->mode_known || fast)
 		vma = vma_lookup(p->mm, fm_compat_untagged_addr(p->mm, vaddr));
 	if (!p->mode_known)

@@ -17,17 +17,21 @@
  *     error returned are those of a serial map, and the first error in
  *     IOVA order ends the map;
  *   - at the end the helpers are stopped (they exit before the ioctl
- *     returns) and every batch not consumed is unpinned, never charged.
+ *     returns) and every batch not consumed is unpinned, never charged;
+ *     a caller with a fatal signal passes SIGKILL on to them first, so
+ *     that a helper in GUP stops as the caller would.
  *
  * A helper works in the caller's mm (kthread_use_mm()): faults there
  * charge the mm's memory cgroup, page tables too (the caller's memcg is
  * made active), and follow the vmas' NUMA policies. A helper runs only on
- * CPUs the caller may run on, at the caller's nice level. What a kernel
- * thread cannot take over keeps the map serial: the caller's own task
- * mempolicy, a cpuset that narrows its memory nodes, and hugetlbfs memory,
- * whose pages the hugetlb cgroup charges to the faulting task. The
- * helpers' CPU time is their own (kernel threads, outside the caller's
- * cgroups): pin_threads=0 turns them off.
+ * CPUs of the caller's node that the caller may run on, at its nice level.
+ * What a kernel thread cannot take over stays the caller's: its own task
+ * mempolicy or a cpuset that narrows its memory nodes keep the map serial,
+ * and hugetlbfs memory, whose pages the hugetlb cgroup charges to the
+ * faulting task, is never faulted by a helper (checked under the fill's
+ * mmap_lock, batch.c; the caller fills what a helper left). The helpers'
+ * CPU time is their own (kernel threads, outside the caller's cgroups):
+ * pin_threads=0 turns them off.
  *
  * Memory beyond the first error may have been faulted in by a helper
  * before the error stopped it; it stays in the process, unpinned and
@@ -61,6 +65,8 @@ struct fm_par_batch {
 
 struct fm_par_chunk {
 	struct list_head	batches;	/* struct fm_par_batch, in order */
+	unsigned long		vaddr;		/* not filled yet from here */
+	unsigned long		left;		/* ... this many pages */
 	long			err;		/* the fill's, after the batches */
 	u64			ns;		/* time the fill took */
 	unsigned int		filler;		/* 0: the caller, else helper n */
@@ -90,6 +96,7 @@ struct fm_par {
 	bool			abort;
 	wait_queue_head_t	wq;		/* chunk done, window moved, abort */
 	struct mem_cgroup	*memcg;		/* the mm's, for page tables */
+	cpumask_var_t		cpus;		/* where helpers may run */
 	unsigned int		nr_helpers;
 	struct fm_par_helper	helpers[FM_PAR_MAX_HELPERS];
 };
@@ -146,24 +153,21 @@ static void fm_par_batch_free(struct fm_par_batch *pb)
 }
 
 /*
- * Fill chunk @i through @f (a pinner of the caller's or a helper's), up to
- * its end or its first error. Only the filler touches the chunk until it
- * is done.
+ * Fill the rest of chunk @c through @f (a pinner of the caller's or a
+ * helper's), up to its end or its first error: 0 or -errno; -EXDEV from a
+ * helper leaves hugetlbfs memory to the caller. Only the filler touches
+ * the chunk until it is done, then only the caller.
  */
-static void fm_par_fill_chunk(struct fm_par *par, struct fm_pinner *f, unsigned long i,
-			      unsigned int filler)
+static long fm_par_fill(struct fm_par *par, struct fm_pinner *f, struct fm_par_chunk *c)
 {
-	struct fm_par_chunk *c = fm_par_chunk(par, i);
 	u64 start = ktime_get_ns();
-	unsigned long vaddr, left;
 	long err = 0;
 
-	vaddr = fm_par_chunk_range(par, i, &left);
-	while (left) {
+	while (c->left) {
 		struct fm_par_batch *pb;
 		long n;
 
-		/* The caller's fatal signal; a helper learns of it by abort. */
+		/* The caller's fatal signal, or the caller stopped the helpers. */
 		if (READ_ONCE(par->abort) || fatal_signal_pending(current)) {
 			err = -EINTR;
 			break;
@@ -173,23 +177,34 @@ static void fm_par_fill_chunk(struct fm_par *par, struct fm_pinner *f, unsigned 
 			err = -ENOMEM;
 			break;
 		}
-		fm_batch_init(&pb->batch, left);
+		fm_batch_init(&pb->batch, c->left);
 		f->batch = &pb->batch;
-		n = fm_pinner_fill(f, vaddr, left);
+		n = fm_pinner_fill(f, c->vaddr, c->left);
 		if (n < 0) {
 			fm_par_batch_free(pb);
 			err = n;
 			break;
 		}
-		pb->vaddr = vaddr;
+		pb->vaddr = c->vaddr;
 		list_add_tail(&pb->node, &c->batches);
-		vaddr += n << PAGE_SHIFT;
-		left -= n;
+		c->vaddr += n << PAGE_SHIFT;
+		c->left -= n;
 		cond_resched();
 	}
 	f->batch = NULL;
-	c->err = err;
-	c->ns = ktime_get_ns() - start;
+	c->ns += ktime_get_ns() - start;
+	return err;
+}
+
+/* Claimed chunk @i: fill it and hand it to the caller. */
+static void fm_par_fill_chunk(struct fm_par *par, struct fm_pinner *f, unsigned long i,
+			      unsigned int filler)
+{
+	struct fm_par_chunk *c = fm_par_chunk(par, i);
+
+	c->vaddr = fm_par_chunk_range(par, i, &c->left);
+	c->ns = 0;
+	c->err = fm_par_fill(par, f, c);
 	c->filler = filler;
 	/* The batches and the result above are complete before done is. */
 	smp_store_release(&c->done, true);
@@ -203,6 +218,7 @@ static void fm_par_fill_init(struct fm_par *par, struct fm_pinner *f)
 	fm_pinner_init(f, p->iommu, p->dma, NULL, NULL);
 	f->single = p->single;
 	f->mode_known = true;
+	f->helper = f != &par->fill;
 }
 
 static int fm_par_helper(void *data)
@@ -213,6 +229,8 @@ static int fm_par_helper(void *data)
 	struct fm_pinner f;
 	unsigned long i;
 
+	/* The caller's SIGKILL is passed on (fm_par_stop()): GUP stops. */
+	allow_signal(SIGKILL);
 	fm_par_fill_init(par, &f);
 	kthread_use_mm(par->p->mm);
 	old = set_active_memcg(par->memcg);
@@ -221,8 +239,7 @@ static int fm_par_helper(void *data)
 			fm_par_fill_chunk(par, &f, i, h->id);
 			continue;
 		}
-		/* Idle, not uninterruptible: a kernel thread takes no signal. */
-		wait_event_interruptible(par->wq, fm_par_helper_wake(par));
+		wait_event_idle(par->wq, fm_par_helper_wake(par));
 		if (READ_ONCE(par->abort) || READ_ONCE(par->claimed) == par->nr_chunks)
 			break;
 	}
@@ -230,25 +247,25 @@ static int fm_par_helper(void *data)
 	kthread_unuse_mm(par->p->mm);
 
 	/* kthread_stop() reaps us: the ioctl never returns before. */
-	set_current_state(TASK_INTERRUPTIBLE);
+	set_current_state(TASK_IDLE);
 	while (!kthread_should_stop()) {
 		schedule();
-		set_current_state(TASK_INTERRUPTIBLE);
+		set_current_state(TASK_IDLE);
 	}
 	__set_current_state(TASK_RUNNING);
 	return 0;
 }
 
 /*
- * Helpers for this caller: pin_threads (-1: one fewer than the CPUs the
- * caller may run on), at most one fewer than the chunks. 0 when the
- * caller's memory placement is its task's, which a kernel thread does not
- * have: a task mempolicy, or a cpuset narrower than the memory nodes.
+ * Helpers for this caller: pin_threads (-1: one fewer than the CPUs they
+ * may use, @mask), at most one fewer than the chunks. 0 when the caller's
+ * memory placement is its task's, which a kernel thread does not have: a
+ * task mempolicy, or a cpuset narrower than the memory nodes.
  */
-static unsigned int fm_par_helpers_wanted(unsigned long nr_chunks)
+static unsigned int fm_par_helpers_wanted(const struct cpumask *mask, unsigned long nr_chunks)
 {
 	int want = READ_ONCE(fm_pin_threads);
-	unsigned int cpus = cpumask_weight(current->cpus_ptr);
+	unsigned int cpus = cpumask_weight(mask);
 
 	if (!want || cpus < 2 || nr_chunks < 2 || fm_compat_task_mempolicy())
 		return 0;
@@ -260,7 +277,7 @@ static unsigned int fm_par_helpers_wanted(unsigned long nr_chunks)
 }
 
 /*
- * The next helper, bound to the caller's CPUs at its nice level, not yet
+ * The next helper, bound to par->cpus at the caller's nice level, not yet
  * woken. Its argument lives in @par, whether its function runs or not.
  */
 static bool fm_par_helper_create(struct fm_par *par)
@@ -273,7 +290,7 @@ static bool fm_par_helper_create(struct fm_par *par)
 	t = kthread_create(fm_par_helper, h, "foliomap-pin/%d", task_pid_nr(current));
 	if (IS_ERR(t))
 		return false;
-	if (set_cpus_allowed_ptr(t, current->cpus_ptr)) {
+	if (set_cpus_allowed_ptr(t, par->cpus)) {
 		kthread_stop(t);
 		return false;
 	}
@@ -289,22 +306,10 @@ static bool fm_par_helper_create(struct fm_par *par)
  */
 static bool fm_par_range_ok(struct fm_dma *dma, struct mm_struct *mm)
 {
-	unsigned long addr, last;
-	struct vm_area_struct *vma;
-	bool ok = true;
+	bool ok;
 
 	mmap_read_lock(mm);
-	addr = fm_compat_untagged_addr(mm, dma->vaddr);
-	last = addr + dma->size - 1;
-	for (vma = find_vma(mm, addr); vma && vma->vm_start <= last;
-	     vma = find_vma(mm, vma->vm_end)) {
-		if (is_vm_hugetlb_page(vma)) {
-			ok = false;
-			break;
-		}
-		if (vma->vm_end - 1 >= last)
-			break;
-	}
+	ok = !fm_range_has_hugetlb(mm, fm_compat_untagged_addr(mm, dma->vaddr), dma->size);
 	mmap_read_unlock(mm);
 	return ok;
 }
@@ -346,6 +351,13 @@ static unsigned long fm_par_nr_chunks(struct fm_dma *dma, unsigned int shift)
  * start helpers if the map is large enough and the caller may have them.
  * Without (nothing to gain, no memory, no thread) the map stays serial.
  */
+static void fm_par_free(struct fm_par *par)
+{
+	free_cpumask_var(par->cpus);
+	kfree(par->ring);
+	kfree(par);
+}
+
 void fm_par_start(struct fm_pinner *p)
 {
 	u64 min = (u64)READ_ONCE(fm_pin_parallel_min_mb) << 20;
@@ -353,16 +365,28 @@ void fm_par_start(struct fm_pinner *p)
 	struct fm_dma *dma = p->dma;
 	struct fm_par *par;
 
-	if (dma->size < max_t(u64, min, 2 * FM_PAR_CHUNK_MIN) || p->mm != current->mm)
+	if (!READ_ONCE(fm_pin_threads) || p->mm != current->mm ||
+	    dma->size < max_t(u64, min, 2 * FM_PAR_CHUNK_MIN))
 		return;
-	helpers = fm_par_helpers_wanted(fm_par_nr_chunks(dma, ilog2(FM_PAR_CHUNK_MIN)));
-	if (!helpers || !fm_par_charge_fits(dma) || !fm_par_range_ok(dma, p->mm))
-		return;
-	shift = fm_par_shift(dma->size, helpers + 1);
-
 	par = kzalloc(sizeof(*par), GFP_KERNEL);
 	if (!par)
 		return;
+	/*
+	 * Helpers run on the caller's node, on CPUs it may use: with the
+	 * default (local) policy, pages land where the caller's would.
+	 */
+	if (!zalloc_cpumask_var(&par->cpus, GFP_KERNEL)) {
+		kfree(par);
+		return;
+	}
+	cpumask_and(par->cpus, current->cpus_ptr, cpumask_of_node(numa_node_id()));
+	helpers = fm_par_helpers_wanted(par->cpus, fm_par_nr_chunks(dma, ilog2(FM_PAR_CHUNK_MIN)));
+	if (!helpers || !fm_par_charge_fits(dma) || !fm_par_range_ok(dma, p->mm)) {
+		fm_par_free(par);
+		return;
+	}
+	shift = fm_par_shift(dma->size, helpers + 1);
+
 	par->p = p;
 	par->own = p->batch;
 	par->shift = shift;
@@ -371,7 +395,7 @@ void fm_par_start(struct fm_pinner *p)
 	par->window = FM_PAR_WINDOW_PER_THREAD * (helpers + 1);
 	par->ring = kcalloc(par->window, sizeof(*par->ring), GFP_KERNEL);
 	if (!par->ring) {
-		kfree(par);
+		fm_par_free(par);
 		return;
 	}
 	for (i = 0; i < par->window; i++)
@@ -389,8 +413,7 @@ void fm_par_start(struct fm_pinner *p)
 		;
 	if (!par->nr_helpers) {
 		mem_cgroup_put(par->memcg);
-		kfree(par->ring);
-		kfree(par);
+		fm_par_free(par);
 		return;
 	}
 	p->par = par;
@@ -450,6 +473,11 @@ long fm_par_next(struct fm_pinner *p)
 				par->cur = pb;
 				p->batch = &pb->batch;
 				return pb->batch.size;
+			}
+			/* A helper left hugetlbfs memory: the caller fills it. */
+			if (c->err == -EXDEV) {
+				c->err = fm_par_fill(par, &par->fill, c);
+				continue;
 			}
 			if (c->err)
 				return c->err;
@@ -516,6 +544,9 @@ void fm_par_stop(struct fm_pinner *p)
 	par->abort = true;
 	spin_unlock(&par->lock);
 	wake_up_all(&par->wq);
+	/* A killed caller: helpers in GUP stop at once, not after a batch. */
+	for (h = 0; h < par->nr_helpers && fatal_signal_pending(current); h++)
+		send_sig(SIGKILL, par->helpers[h].task, 1);
 	for (h = 0; h < par->nr_helpers; h++)
 		kthread_stop(par->helpers[h].task);
 
@@ -539,6 +570,5 @@ void fm_par_stop(struct fm_pinner *p)
 	p->batch = par->own;
 	p->par = NULL;
 	mem_cgroup_put(par->memcg);
-	kfree(par->ring);
-	kfree(par);
+	fm_par_free(par);
 }

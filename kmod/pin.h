@@ -78,6 +78,7 @@ struct fm_pinner {
 	unsigned long		runs;		/* runs mapped so far */
 	bool			single;		/* disable_hugepages: a run a page */
 	bool			mode_known;	/* dma->folio_pins decided */
+	bool			helper;		/* parallel.c: refuses hugetlbfs */
 	/* GUP-fast back-off (batch.c): batches left to skip, next skip */
 	unsigned int		fast_skip;
 	unsigned int		fast_backoff;
@@ -108,6 +109,7 @@ static inline void fm_pinner_init(struct fm_pinner *p, struct fm_iommu *iommu,
 	p->runs = 0;
 	p->single = false;
 	p->mode_known = false;
+	p->helper = false;
 	p->fast_skip = 0;
 	p->fast_backoff = 1;
 }
@@ -126,6 +128,7 @@ void fm_batch_init(struct fm_batch *b, unsigned long npage);
 void fm_batch_fini(struct fm_batch *b);
 long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npage);
 void fm_pinner_decide_mode(struct fm_pinner *p);
+bool fm_range_has_hugetlb(struct mm_struct *mm, unsigned long addr, unsigned long len);
 
 /* parallel.c: helpers fill the batches of a large MAP_DMA ahead */
 void fm_par_start(struct fm_pinner *p);

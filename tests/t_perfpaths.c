@@ -312,4 +312,35 @@ TEST_V12(pp_bar_then_thp)
 	EXPECT_ACCT(0);
 }
 
+/*
+ * A MAP_DMA that starts in 2M of PROT_NONE and goes on into the BAR:
+ * -EFAULT at its first page. Pinned in parallel (run-all), helpers have
+ * looked the BAR's pfns up by then; they hold no pin, and releasing them
+ * must not touch a page. Nothing is pinned, charged or mapped after.
+ */
+TEST_V12(pp_fault_before_bar)
+{
+	struct edu e;
+	struct ivshmem iv;
+	int gfd, c = edu_container(t, t->type, &gfd);
+	size_t size;
+	char *res, *p;
+
+	edu_open(t, gfd, &e);
+	ivshmem_open(t, c, &iv);
+	res = mmap(NULL, iv.size + 2 * SZ_2M, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(res, MAP_FAILED);
+	th_own_mem(t, res, iv.size + 2 * SZ_2M);
+	p = (char *)(((uintptr_t)res + 2 * SZ_2M - 1) & ~(SZ_2M - 1));
+	ASSERT_EQ(th_bar_mmap(t, iv.dev, VFIO_PCI_BAR2_REGION_INDEX, p, &size), p);
+
+	EXPECT_EQ(vu_map(c, IOVA_P, p - SZ_2M, SZ_2M + 8 * SZ_2M, RW), -EFAULT);
+	EXPECT_ACCT(0);
+	/* the IOVA range is free: the BAR alone maps there */
+	MAP_OK(c, IOVA_P, p, 8 * SZ_2M);
+	EXPECT_ACCT(0);
+	dma_copy(t, &e, iv.bar, IOVA_P, SZ_2M + 0x100, 3 * SZ_2M + 0x40, 0xff0);
+	UNMAP_OK(c, IOVA_P, 8 * SZ_2M);
+}
+
 TEST_HARNESS_MAIN
