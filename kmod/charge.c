@@ -160,6 +160,11 @@ int fm_batch_charge(struct fm_pinner *p)
 	}
 	charge += fm_stretch_charge(dma, stretch, (iova - stretch) >> PAGE_SHIFT);
 
+	/* Charged ahead (parallel.c): no mmap_write_lock per batch. */
+	if (charge <= p->prepaid) {
+		p->prepaid -= charge;
+		return 0;
+	}
 	ret = fm_lock_acct(dma, charge, false);
 	if (ret == -ENOMEM)
 		pr_warn_ratelimited("foliomap: %s (%d): RLIMIT_MEMLOCK (%lu) exceeded\n",

@@ -315,20 +315,6 @@ static bool fm_par_range_ok(struct fm_dma *dma, struct mm_struct *mm)
 }
 
 /*
- * Helpers pin ahead of the charge. Without CAP_IPC_LOCK, only a map whose
- * whole charge fits in RLIMIT_MEMLOCK now is pinned in parallel: one that
- * will fail fails serially, never holding more pins beyond the limit than
- * a serial map's one batch.
- */
-static bool fm_par_charge_fits(struct fm_dma *dma)
-{
-	unsigned long limit = task_rlimit(dma->task, RLIMIT_MEMLOCK) >> PAGE_SHIFT;
-
-	return dma->lock_cap ||
-	       READ_ONCE(dma->mm->locked_vm) + (dma->size >> PAGE_SHIFT) <= limit;
-}
-
-/*
  * Choose the chunk size: about four chunks per thread, between
  * FM_PAR_CHUNK_MIN and FM_PAR_CHUNK_MAX, so that threads finish close
  * together and a chunk is still milliseconds of work.
@@ -381,7 +367,12 @@ void fm_par_start(struct fm_pinner *p)
 	}
 	cpumask_and(par->cpus, current->cpus_ptr, cpumask_of_node(numa_node_id()));
 	helpers = fm_par_helpers_wanted(par->cpus, fm_par_nr_chunks(dma, ilog2(FM_PAR_CHUNK_MIN)));
-	if (!helpers || !fm_par_charge_fits(dma) || !fm_par_range_ok(dma, p->mm)) {
+	/*
+	 * Not on the caller's own CPU: woken from it, a helper would often
+	 * start there and take turns with the caller until a load balance.
+	 */
+	cpumask_clear_cpu(raw_smp_processor_id(), par->cpus);
+	if (!helpers || !fm_par_range_ok(dma, p->mm)) {
 		fm_par_free(par);
 		return;
 	}
@@ -407,11 +398,28 @@ void fm_par_start(struct fm_pinner *p)
 	if (!p->mode_known)
 		fm_pinner_decide_mode(p);
 	fm_par_fill_init(par, &par->fill);
+
+	/*
+	 * The whole map is charged ahead, once; each batch then takes its
+	 * charge from there (charge.c) and fm_par_stop() gives back the rest.
+	 * A charge takes mmap_write_lock, which a charge per batch would
+	 * take between the helpers' faults, stopping them all each time.
+	 * The rlimit is checked as a whole: a map that would not fit is
+	 * pinned serially and fails where a serial map fails, so helpers
+	 * never hold pins beyond the limit.
+	 */
+	if (fm_lock_acct(dma, dma->size >> PAGE_SHIFT, false)) {
+		fm_par_free(par);
+		return;
+	}
+	p->prepaid = dma->size >> PAGE_SHIFT;
 	par->memcg = get_mem_cgroup_from_mm(p->mm);
 
 	while (par->nr_helpers < helpers && fm_par_helper_create(par))
 		;
 	if (!par->nr_helpers) {
+		fm_lock_acct(dma, -(long)p->prepaid, false);
+		p->prepaid = 0;
 		mem_cgroup_put(par->memcg);
 		fm_par_free(par);
 		return;
@@ -562,6 +570,10 @@ void fm_par_stop(struct fm_pinner *p)
 			fm_par_batch_release(par, pb);
 		}
 	}
+
+	/* What the batches did not take of the charge made ahead. */
+	fm_lock_acct(p->dma, -(long)p->prepaid, false);
+	p->prepaid = 0;
 
 	p->iommu->stats.parallel_maps++;
 	p->iommu->stats.parallel_helpers += par->nr_helpers;

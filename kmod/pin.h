@@ -79,6 +79,7 @@ struct fm_pinner {
 	bool			single;		/* disable_hugepages: a run a page */
 	bool			mode_known;	/* dma->folio_pins decided */
 	bool			helper;		/* parallel.c: refuses hugetlbfs */
+	unsigned long		prepaid;	/* parallel.c: charged, not used yet */
 	/* GUP-fast back-off (batch.c): batches left to skip, next skip */
 	unsigned int		fast_skip;
 	unsigned int		fast_backoff;
@@ -110,6 +111,7 @@ static inline void fm_pinner_init(struct fm_pinner *p, struct fm_iommu *iommu,
 	p->single = false;
 	p->mode_known = false;
 	p->helper = false;
+	p->prepaid = 0;
 	p->fast_skip = 0;
 	p->fast_backoff = 1;
 }
