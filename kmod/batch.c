@@ -14,7 +14,6 @@
  *
  * What the batch holds next is charge.c's, then run.c's.
  */
-#include <linux/hugetlb.h>
 #include <linux/sched/signal.h>
 #include <linux/sizes.h>
 #include <linux/slab.h>
@@ -409,16 +408,18 @@ static void fm_fast_result(struct fm_pinner *p, long n)
 
 /*
  * Under mmap_read_lock: is any of [@addr, @addr + @len) (untagged) in a
- * hugetlbfs vma? Holes are not: the fill fails there, as it would anyway.
+ * vma with any of @flags (VM_HUGETLB: hugetlbfs)? Holes are not: the fill
+ * fails there, as it would anyway.
  */
-bool fm_range_has_hugetlb(struct mm_struct *mm, unsigned long addr, unsigned long len)
+bool fm_range_has_vm_flags(struct mm_struct *mm, unsigned long addr, unsigned long len,
+			   vm_flags_t flags)
 {
 	unsigned long last = addr + len - 1;
 	struct vm_area_struct *vma;
 
 	for (vma = find_vma(mm, addr); vma && vma->vm_start <= last;
 	     vma = find_vma(mm, vma->vm_end)) {
-		if (is_vm_hugetlb_page(vma))
+		if (vma->vm_flags & flags)
 			return true;
 		if (vma->vm_end - 1 >= last)
 			break;
@@ -473,8 +474,8 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 	 * hugetlb cgroup would charge it, not the caller. Checked under the
 	 * lock the fill holds, it covers every vma the fill can reach.
 	 */
-	if (p->helper && fm_range_has_hugetlb(p->mm, fm_compat_untagged_addr(p->mm, vaddr),
-					      npage << PAGE_SHIFT)) {
+	if (p->helper && fm_range_has_vm_flags(p->mm, fm_compat_untagged_addr(p->mm, vaddr),
+					       npage << PAGE_SHIFT, VM_HUGETLB)) {
 		mmap_read_unlock(p->mm);
 		if (n > 0)
 			unpin_user_pages(b->pages, n);

@@ -161,6 +161,7 @@ int fm_batch_charge(struct fm_pinner *p)
 	charge += fm_stretch_charge(dma, stretch, (iova - stretch) >> PAGE_SHIFT);
 
 	/* Charged ahead (parallel.c): no mmap_write_lock per batch. */
+	WARN_ON_ONCE(p->prepaid && charge > p->prepaid);
 	if (charge <= p->prepaid) {
 		p->prepaid -= charge;
 		return 0;

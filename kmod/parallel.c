@@ -38,9 +38,9 @@
  * uncharged, as if the process had touched it.
  */
 #include <linux/cpuset.h>
-#include <linux/hugetlb.h>
 #include <linux/kthread.h>
 #include <linux/ktime.h>
+#include <linux/math64.h>
 #include <linux/memcontrol.h>
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
@@ -68,6 +68,7 @@ struct fm_par_chunk {
 	unsigned long		vaddr;		/* not filled yet from here */
 	unsigned long		left;		/* ... this many pages */
 	long			err;		/* the fill's, after the batches */
+	bool			handback;	/* a helper left the rest (hugetlbfs) */
 	u64			ns;		/* time the fill took */
 	unsigned int		filler;		/* 0: the caller, else helper n */
 	bool			done;		/* filled: the caller's now */
@@ -86,6 +87,8 @@ struct fm_par {
 	struct fm_pinner	fill;		/* the caller's own fills */
 	struct fm_batch		*own;		/* p's batch, back at the end */
 	struct fm_par_batch	*cur;		/* being consumed by p */
+	unsigned long		start;		/* vaddr the helpers' part starts at */
+	unsigned long		npage;		/* pages from there to the dma's end */
 	unsigned int		shift;		/* chunk size */
 	unsigned long		nr_chunks;
 	unsigned int		window;		/* chunks in the ring */
@@ -97,6 +100,7 @@ struct fm_par {
 	wait_queue_head_t	wq;		/* chunk done, window moved, abort */
 	struct mem_cgroup	*memcg;		/* the mm's, for page tables */
 	cpumask_var_t		cpus;		/* where helpers may run */
+	unsigned int		running;	/* helpers not yet out of their loop */
 	unsigned int		nr_helpers;
 	struct fm_par_helper	helpers[FM_PAR_MAX_HELPERS];
 };
@@ -110,12 +114,11 @@ static struct fm_par_chunk *fm_par_chunk(struct fm_par *par, unsigned long i)
 static unsigned long fm_par_chunk_range(struct fm_par *par, unsigned long i,
 					unsigned long *npage)
 {
-	struct fm_dma *dma = par->p->dma;
-	unsigned long last = dma->vaddr + dma->size - 1;
-	unsigned long start = ((dma->vaddr >> par->shift) + i) << par->shift;
+	unsigned long last = par->start + (par->npage << PAGE_SHIFT) - 1;
+	unsigned long start = ((par->start >> par->shift) + i) << par->shift;
 	unsigned long end = start + (1UL << par->shift) - 1;
 
-	start = max(start, dma->vaddr);
+	start = max(start, par->start);
 	*npage = ((min(end, last) - start) >> PAGE_SHIFT) + 1;
 	return start;
 }
@@ -154,9 +157,10 @@ static void fm_par_batch_free(struct fm_par_batch *pb)
 
 /*
  * Fill the rest of chunk @c through @f (a pinner of the caller's or a
- * helper's), up to its end or its first error: 0 or -errno; -EXDEV from a
- * helper leaves hugetlbfs memory to the caller. Only the filler touches
- * the chunk until it is done, then only the caller.
+ * helper's), up to its end or its first error: 0 or -errno. A helper
+ * leaves hugetlbfs memory to the caller (c->handback), and so does a
+ * helper stopped by a signal the caller did not get. Only the filler
+ * touches the chunk until it is done, then only the caller.
  */
 static long fm_par_fill(struct fm_par *par, struct fm_pinner *f, struct fm_par_chunk *c)
 {
@@ -182,7 +186,8 @@ static long fm_par_fill(struct fm_par *par, struct fm_pinner *f, struct fm_par_c
 		n = fm_pinner_fill(f, c->vaddr, c->left);
 		if (n < 0) {
 			fm_par_batch_free(pb);
-			err = n;
+			c->handback = f->helper && (n == -EXDEV || n == -EINTR);
+			err = c->handback ? 0 : n;
 			break;
 		}
 		pb->vaddr = c->vaddr;
@@ -204,6 +209,7 @@ static void fm_par_fill_chunk(struct fm_par *par, struct fm_pinner *f, unsigned 
 
 	c->vaddr = fm_par_chunk_range(par, i, &c->left);
 	c->ns = 0;
+	c->handback = false;
 	c->err = fm_par_fill(par, f, c);
 	c->filler = filler;
 	/* The batches and the result above are complete before done is. */
@@ -230,7 +236,7 @@ static int fm_par_helper(void *data)
 	unsigned long i;
 
 	/* The caller's SIGKILL is passed on (fm_par_stop()): GUP stops. */
-	allow_signal(SIGKILL);
+	allow_kernel_signal(SIGKILL);
 	fm_par_fill_init(par, &f);
 	kthread_use_mm(par->p->mm);
 	old = set_active_memcg(par->memcg);
@@ -245,6 +251,10 @@ static int fm_par_helper(void *data)
 	}
 	set_active_memcg(old);
 	kthread_unuse_mm(par->p->mm);
+	spin_lock(&par->lock);
+	par->running--;
+	spin_unlock(&par->lock);
+	wake_up_all(&par->wq);
 
 	/* kthread_stop() reaps us: the ioctl never returns before. */
 	set_current_state(TASK_IDLE);
@@ -301,15 +311,18 @@ static bool fm_par_helper_create(struct fm_par *par)
 }
 
 /*
- * May helpers fault [vaddr, vaddr + size)? Not hugetlbfs
- * memory (above); a range with holes fails where it fails, as serially.
+ * Is the rest of the dma for helpers? Not with hugetlbfs memory (above),
+ * nor with device memory, whose lookups are quick and which the charge
+ * made ahead would count for nothing. A range with holes fails where it
+ * fails, as serially.
  */
-static bool fm_par_range_ok(struct fm_dma *dma, struct mm_struct *mm)
+static bool fm_par_range_ok(struct fm_par *par, struct mm_struct *mm)
 {
 	bool ok;
 
 	mmap_read_lock(mm);
-	ok = !fm_range_has_hugetlb(mm, fm_compat_untagged_addr(mm, dma->vaddr), dma->size);
+	ok = !fm_range_has_vm_flags(mm, fm_compat_untagged_addr(mm, par->start),
+				    par->npage << PAGE_SHIFT, VM_HUGETLB | VM_PFNMAP | VM_IO);
 	mmap_read_unlock(mm);
 	return ok;
 }
@@ -327,16 +340,13 @@ static unsigned int fm_par_shift(unsigned long size, unsigned int threads)
 	return ilog2(chunk);
 }
 
-static unsigned long fm_par_nr_chunks(struct fm_dma *dma, unsigned int shift)
+static unsigned long fm_par_nr_chunks(struct fm_par *par, unsigned int shift)
 {
-	return ((dma->vaddr + dma->size - 1) >> shift) - (dma->vaddr >> shift) + 1;
+	unsigned long last = par->start + (par->npage << PAGE_SHIFT) - 1;
+
+	return (last >> shift) - (par->start >> shift) + 1;
 }
 
-/*
- * Called by fm_pin_map_dma() for a new mapping, before its first fill:
- * start helpers if the map is large enough and the caller may have them.
- * Without (nothing to gain, no memory, no thread) the map stays serial.
- */
 static void fm_par_free(struct fm_par *par)
 {
 	free_cpumask_var(par->cpus);
@@ -344,19 +354,27 @@ static void fm_par_free(struct fm_par *par)
 	kfree(par);
 }
 
-void fm_par_start(struct fm_pinner *p)
+/*
+ * Called by fm_pin_map_dma() for a new mapping, between two batches, when
+ * what is left of it (@npage pages from the open run's end) is worth
+ * helpers: start them, if the caller may have them. Without (nothing to
+ * gain, no memory, no thread) the map goes on serially.
+ */
+static void fm_par_start(struct fm_pinner *p, unsigned long npage)
 {
-	u64 min = (u64)READ_ONCE(fm_pin_parallel_min_mb) << 20;
-	unsigned int helpers, shift, i;
 	struct fm_dma *dma = p->dma;
+	unsigned int helpers, i;
 	struct fm_par *par;
 
-	if (!READ_ONCE(fm_pin_threads) || p->mm != current->mm ||
-	    dma->size < max_t(u64, min, 2 * FM_PAR_CHUNK_MIN))
+	if (p->mm != current->mm)
 		return;
 	par = kzalloc(sizeof(*par), GFP_KERNEL);
 	if (!par)
 		return;
+	par->p = p;
+	par->own = p->batch;
+	par->start = dma->vaddr + (fm_pinner_next_iova(p) - dma->iova);
+	par->npage = npage;
 	/*
 	 * Helpers run on the caller's node, on CPUs it may use: with the
 	 * default (local) policy, pages land where the caller's would.
@@ -366,22 +384,19 @@ void fm_par_start(struct fm_pinner *p)
 		return;
 	}
 	cpumask_and(par->cpus, current->cpus_ptr, cpumask_of_node(numa_node_id()));
-	helpers = fm_par_helpers_wanted(par->cpus, fm_par_nr_chunks(dma, ilog2(FM_PAR_CHUNK_MIN)));
+	helpers = fm_par_helpers_wanted(par->cpus, fm_par_nr_chunks(par, ilog2(FM_PAR_CHUNK_MIN)));
 	/*
 	 * Not on the caller's own CPU: woken from it, a helper would often
 	 * start there and take turns with the caller until a load balance.
 	 */
 	cpumask_clear_cpu(raw_smp_processor_id(), par->cpus);
-	if (!helpers || !fm_par_range_ok(dma, p->mm)) {
+	if (!helpers || !fm_par_range_ok(par, p->mm)) {
 		fm_par_free(par);
 		return;
 	}
-	shift = fm_par_shift(dma->size, helpers + 1);
 
-	par->p = p;
-	par->own = p->batch;
-	par->shift = shift;
-	par->nr_chunks = fm_par_nr_chunks(dma, shift);
+	par->shift = fm_par_shift(npage << PAGE_SHIFT, helpers + 1);
+	par->nr_chunks = fm_par_nr_chunks(par, par->shift);
 	helpers = min_t(unsigned long, helpers, par->nr_chunks - 1);
 	par->window = FM_PAR_WINDOW_PER_THREAD * (helpers + 1);
 	par->ring = kcalloc(par->window, sizeof(*par->ring), GFP_KERNEL);
@@ -393,26 +408,25 @@ void fm_par_start(struct fm_pinner *p)
 		INIT_LIST_HEAD(&par->ring[i].batches);
 	spin_lock_init(&par->lock);
 	init_waitqueue_head(&par->wq);
-
 	/* Every fill must take the same kind of pins. */
 	if (!p->mode_known)
 		fm_pinner_decide_mode(p);
 	fm_par_fill_init(par, &par->fill);
 
 	/*
-	 * The whole map is charged ahead, once; each batch then takes its
-	 * charge from there (charge.c) and fm_par_stop() gives back the rest.
-	 * A charge takes mmap_write_lock, which a charge per batch would
-	 * take between the helpers' faults, stopping them all each time.
-	 * The rlimit is checked as a whole: a map that would not fit is
-	 * pinned serially and fails where a serial map fails, so helpers
+	 * The rest of the map is charged ahead, once; each batch then takes
+	 * its charge from there (charge.c) and fm_par_stop() gives back what
+	 * is left. A charge takes mmap_write_lock, which a charge per batch
+	 * would take between the helpers' faults, stopping them each time.
+	 * The rlimit is checked for the whole rest: a map that would not fit
+	 * goes on serially and fails where a serial map fails, so helpers
 	 * never hold pins beyond the limit.
 	 */
-	if (fm_lock_acct(dma, dma->size >> PAGE_SHIFT, false)) {
+	if (fm_lock_acct(dma, npage, false)) {
 		fm_par_free(par);
 		return;
 	}
-	p->prepaid = dma->size >> PAGE_SHIFT;
+	p->prepaid = npage;
 	par->memcg = get_mem_cgroup_from_mm(p->mm);
 
 	while (par->nr_helpers < helpers && fm_par_helper_create(par))
@@ -424,9 +438,42 @@ void fm_par_start(struct fm_pinner *p)
 		fm_par_free(par);
 		return;
 	}
+	par->running = par->nr_helpers;
 	p->par = par;
 	for (i = 0; i < par->nr_helpers; i++)
 		wake_up_process(par->helpers[i].task);
+}
+
+/*
+ * The pin pipeline (pin.c) asks here whether a new mapping of @size may
+ * get helpers at all: the time it starts at if so, else 0.
+ */
+u64 fm_par_clock(size_t size)
+{
+	u64 min = (u64)READ_ONCE(fm_pin_parallel_min_mb) << 20;
+
+	if (!READ_ONCE(fm_pin_threads) || size < max_t(u64, min, 2 * FM_PAR_CHUNK_MIN))
+		return 0;
+	return ktime_get_ns();
+}
+
+/*
+ * After each batch of a mapping fm_par_clock() let through, from its start
+ * at @t0, with @left pages to go: start helpers once the rest, at the pace
+ * so far, would take pin_parallel_min_ms or more. Memory that is present
+ * in large folios pins in far less (helpers would cost more than they
+ * save); memory never touched, or 4K pages, take far more. Returns @t0 to
+ * be asked again after the next batch, 0 once helpers were tried.
+ */
+u64 fm_par_consider(struct fm_pinner *p, unsigned long left, u64 t0)
+{
+	unsigned long done = (p->dma->size >> PAGE_SHIFT) - left;
+	u64 min_ns = (u64)READ_ONCE(fm_pin_parallel_min_ms) * NSEC_PER_MSEC;
+
+	if (mul_u64_u64_div_u64(ktime_get_ns() - t0, left, done) < min_ns)
+		return t0;
+	fm_par_start(p, left);
+	return 0;
 }
 
 /* The consumed chunk's batches are all taken: move the window on. */
@@ -482,8 +529,9 @@ long fm_par_next(struct fm_pinner *p)
 				p->batch = &pb->batch;
 				return pb->batch.size;
 			}
-			/* A helper left hugetlbfs memory: the caller fills it. */
-			if (c->err == -EXDEV) {
+			/* What a helper left, the caller fills in place. */
+			if (c->handback) {
+				c->handback = false;
 				c->err = fm_par_fill(par, &par->fill, c);
 				continue;
 			}
@@ -503,44 +551,40 @@ long fm_par_next(struct fm_pinner *p)
 }
 
 /*
- * Unpin a batch nobody charged or mapped. PFNMAP lookups hold no pin. The
- * release path depends on the dma's flags, which the charge sets for the
- * batches it sees (charge.c): a reserved page here sets has_rsvd as the
- * charge would have, so that it is released the way a serial map would.
+ * Unpin a batch nobody charged or mapped: GUP's or memfd_pin_folios()'
+ * pins, one per page or, with folio pins, one per folio segment of a run
+ * (batch.c); never dirtied, since no device saw them. PFNMAP lookups hold
+ * no pin.
  */
 static void fm_par_batch_release(struct fm_par *par, struct fm_par_batch *pb)
 {
-	struct fm_dma *dma = par->p->dma;
-	dma_addr_t iova = dma->iova + (pb->vaddr - dma->vaddr);
+	bool folio_pins = par->p->dma->folio_pins;
 	struct fm_batch *b = &pb->batch;
 	unsigned long r;
 
-	if (b->pfnmap) {
-		fm_par_batch_free(pb);
-		return;
-	}
-	for (r = 0; r < b->nr_runs && !dma->has_rsvd; r++) {
+	for (r = 0; r < b->nr_runs && !b->pfnmap; r++) {
 		unsigned long pfn = b->runs[r].pfn, left = b->runs[r].npage;
 
-		while (left && !dma->has_rsvd) {
+		if (!folio_pins) {
+			unpin_user_page_range_dirty_lock(pfn_to_page(pfn), left, false);
+			continue;
+		}
+		while (left) {
 			unsigned long len = fm_folio_segment(pfn, left);
 
-			if (PageReserved(pfn_to_page(pfn)))
-				dma->has_rsvd = true;
+			unpin_user_page(pfn_to_page(pfn));
 			pfn += len;
 			left -= len;
 		}
-	}
-	for (r = 0; r < b->nr_runs; r++) {
-		fm_unpin_run(dma, iova, b->runs[r].pfn, b->runs[r].npage, false);
-		iova += b->runs[r].npage << PAGE_SHIFT;
 	}
 	fm_par_batch_free(pb);
 }
 
 /*
  * After the caller's last batch, done or failed: stop the helpers and wait
- * for them to exit, then unpin whatever was filled and never consumed.
+ * for them to leave their loop, killably: a caller killed meanwhile passes
+ * SIGKILL on, so that a helper's GUP stops as the caller's would. Then
+ * reap them and unpin whatever was filled and never consumed.
  */
 void fm_par_stop(struct fm_pinner *p)
 {
@@ -552,9 +596,11 @@ void fm_par_stop(struct fm_pinner *p)
 	par->abort = true;
 	spin_unlock(&par->lock);
 	wake_up_all(&par->wq);
-	/* A killed caller: helpers in GUP stop at once, not after a batch. */
-	for (h = 0; h < par->nr_helpers && fatal_signal_pending(current); h++)
-		send_sig(SIGKILL, par->helpers[h].task, 1);
+	if (wait_event_killable(par->wq, !READ_ONCE(par->running))) {
+		for (h = 0; h < par->nr_helpers; h++)
+			send_sig(SIGKILL, par->helpers[h].task, 1);
+		wait_event(par->wq, !READ_ONCE(par->running));
+	}
 	for (h = 0; h < par->nr_helpers; h++)
 		kthread_stop(par->helpers[h].task);
 
@@ -577,7 +623,8 @@ void fm_par_stop(struct fm_pinner *p)
 
 	p->iommu->stats.parallel_maps++;
 	p->iommu->stats.parallel_helpers += par->nr_helpers;
-	trace_foliomap_pin_parallel(p->dma->iova, p->dma->size, par->nr_helpers + 1,
+	trace_foliomap_pin_parallel(p->dma->iova + (par->start - p->dma->vaddr),
+				    (u64)par->npage << PAGE_SHIFT, par->nr_helpers + 1,
 				    par->nr_chunks);
 	p->batch = par->own;
 	p->par = NULL;

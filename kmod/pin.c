@@ -66,6 +66,8 @@ int fm_pin_map_dma(struct fm_pinner *p)
 {
 	struct fm_dma *dma = p->dma;
 	unsigned long left = dma->size >> PAGE_SHIFT;
+	/* A large new mapping: from when helper threads may join (parallel.c) */
+	u64 par_t0 = p->target ? 0 : fm_par_clock(dma->size);
 	int ret = 0;
 
 	p->run_iova = dma->iova;
@@ -80,9 +82,6 @@ int fm_pin_map_dma(struct fm_pinner *p)
 	 */
 	dma->folio_pins = false;
 	p->mode_known = p->single || left <= FM_BATCH_INLINE;
-	/* A large new mapping: helper threads may fill batches ahead. */
-	if (!p->target)
-		fm_par_start(p);
 
 	while (left) {
 		long n;
@@ -100,6 +99,8 @@ int fm_pin_map_dma(struct fm_pinner *p)
 			break;
 		}
 		left -= n;
+		if (par_t0 && left && !p->par)
+			par_t0 = fm_par_consider(p, left, par_t0);
 	}
 
 	/* Helpers gone, what they pinned beyond the error released. */

@@ -130,10 +130,12 @@ void fm_batch_init(struct fm_batch *b, unsigned long npage);
 void fm_batch_fini(struct fm_batch *b);
 long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npage);
 void fm_pinner_decide_mode(struct fm_pinner *p);
-bool fm_range_has_hugetlb(struct mm_struct *mm, unsigned long addr, unsigned long len);
+bool fm_range_has_vm_flags(struct mm_struct *mm, unsigned long addr, unsigned long len,
+			   vm_flags_t flags);
 
 /* parallel.c: helpers fill the batches of a large MAP_DMA ahead */
-void fm_par_start(struct fm_pinner *p);
+u64 fm_par_clock(size_t size);
+u64 fm_par_consider(struct fm_pinner *p, unsigned long left, u64 t0);
 long fm_par_next(struct fm_pinner *p);
 void fm_par_stop(struct fm_pinner *p);
 

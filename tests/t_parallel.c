@@ -290,16 +290,16 @@ TEST(par_hugetlb_stays_serial)
 }
 
 /*
- * foliomap: with pin_threads=1 a map of 64 MiB uses one helper, cut into
- * chunks the caller takes in order; the counters and the tracepoints say
- * so. Whether the helper filled a chunk depends on scheduling: it is
- * asked of one of four maps.
+ * foliomap: with pin_threads=1 a map of 64 MiB uses one helper after its
+ * first batch, the rest cut into chunks the caller takes in order; the
+ * counters say so. Whether the helper filled a chunk depends on
+ * scheduling: it is asked of one of four maps.
  */
 TEST(par_counters_and_threads_param)
 {
 	int c = th_container_type(t, VFIO_TYPE1v2_IOMMU, 1);
 	long long threads0 = th_param_read("pin_threads"), helper_chunks = 0;
-	long long maps0, helpers0, chunks0, hchunks0;
+	long long maps0, helpers0, chunks0, hchunks0, chunks = 0;
 	int i;
 
 	if (!is_foliomap())
@@ -317,13 +317,18 @@ TEST(par_counters_and_threads_param)
 		UNMAP_OK(c, PAR_IOVA, PAR_SIZE);
 		EXPECT_EQ(par_stat(t, "parallel_maps"), maps0 + i + 1);
 		EXPECT_EQ(par_stat(t, "parallel_helpers"), helpers0 + i + 1);
-		/* 64 MiB / (4 chunks per thread * 2 threads): 8 MiB chunks */
-		EXPECT_EQ(par_stat(t, "parallel_chunks"), chunks0 + 8 * (i + 1));
+		/*
+		 * What follows the first batch, in about 4 chunks per thread
+		 * of a power of two, 2 MiB at least: 8 to 32 chunks.
+		 */
+		chunks = par_stat(t, "parallel_chunks") - chunks0;
+		EXPECT_GE(chunks, 8 * (i + 1));
+		EXPECT_LE(chunks, 32 * (i + 1));
 		helper_chunks = par_stat(t, "parallel_helper_chunks") - hchunks0;
-		EXPECT_LE(helper_chunks, 7 * (i + 1));
+		EXPECT_LE(helper_chunks, chunks);
 	}
 	EXPECT_GE(helper_chunks, 1);
-	th_diag("helper filled %lld chunks in %d maps", helper_chunks, i);
+	th_diag("helper filled %lld of %lld chunks in %d maps", helper_chunks, chunks, i);
 
 	/* Off: the same map is serial. */
 	ASSERT_EQ(th_param_write("pin_threads", 0), 0);
