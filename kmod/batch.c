@@ -511,6 +511,7 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 			fm_batch_reset(b);
 			fm_batch_folios_to_runs(b, n, first, want);
 			b->folio_pinned = true;
+			p->probe_slow += b->size;
 			return b->size;
 		}
 		mmap_read_lock(p->mm);
@@ -519,6 +520,9 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 	mmap_read_unlock(p->mm);
 	if (n > 0 && dma->folio_pins && !b->pfnmap)
 		fm_batch_one_pin_per_folio(b);
+	/* Not GUP-fast's: for parallel.c's judgement of the work. */
+	if (n > 0)
+		p->probe_slow += n;
 	return n;
 }
 

@@ -48,7 +48,6 @@ extern bool fm_disable_hugepages;
 extern unsigned int fm_dma_entry_limit;
 extern int fm_pin_threads;
 extern unsigned int fm_pin_parallel_min_mb;
-extern unsigned int fm_pin_parallel_min_ms;
 
 /* Cumulative counters of one container (debugfs.c), under iommu->lock. */
 struct fm_stats {

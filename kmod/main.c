@@ -41,11 +41,6 @@ module_param_named(pin_parallel_min_mb, fm_pin_parallel_min_mb, uint, 0644);
 MODULE_PARM_DESC(pin_parallel_min_mb,
 		 "Smallest MAP_DMA, in MiB, that helper threads pin in parallel (default: 64)");
 
-unsigned int fm_pin_parallel_min_ms = 10;
-module_param_named(pin_parallel_min_ms, fm_pin_parallel_min_ms, uint, 0644);
-MODULE_PARM_DESC(pin_parallel_min_ms,
-		 "Helpers join a MAP_DMA once the rest of it would take this long pinned serially, at the pace of its first batches (default: 10)");
-
 const struct vfio_iommu_driver_ops fm_driver_ops = {
 	.name			= "foliomap",
 	.owner			= THIS_MODULE,

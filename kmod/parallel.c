@@ -40,7 +40,6 @@
 #include <linux/cpuset.h>
 #include <linux/kthread.h>
 #include <linux/ktime.h>
-#include <linux/math64.h>
 #include <linux/memcontrol.h>
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
@@ -54,6 +53,10 @@
 #define FM_PAR_MAX_HELPERS	15
 #define FM_PAR_CHUNK_MIN	SZ_2M
 #define FM_PAR_CHUNK_MAX	SZ_32M
+/* Pages pinned serially, then judged, before helpers may join: 4 batches */
+#define FM_PAR_PROBE_PAGES	(4 * FM_BATCH_PAGES)
+/* Fewer pages per folio than this on average: 4K memory (fm_par_consider()) */
+#define FM_PAR_SMALL_FOLIO	64
 /* Chunks per thread in flight: one being filled, one waiting. */
 #define FM_PAR_WINDOW_PER_THREAD 2
 
@@ -446,34 +449,47 @@ static void fm_par_start(struct fm_pinner *p, unsigned long npage)
 
 /*
  * The pin pipeline (pin.c) asks here whether a new mapping of @size may
- * get helpers at all: the time it starts at if so, else 0.
+ * get helpers at all.
  */
-u64 fm_par_clock(size_t size)
+bool fm_par_may(struct fm_pinner *p, size_t size)
 {
 	u64 min = (u64)READ_ONCE(fm_pin_parallel_min_mb) << 20;
 
-	if (!READ_ONCE(fm_pin_threads) || size < max_t(u64, min, 2 * FM_PAR_CHUNK_MIN))
-		return 0;
-	return ktime_get_ns();
+	p->probe_done = 0;
+	p->probe_segs = 0;
+	p->probe_slow = 0;
+	return READ_ONCE(fm_pin_threads) && size >= max_t(u64, min, 2 * FM_PAR_CHUNK_MIN);
 }
 
 /*
- * After each batch of a mapping fm_par_clock() let through, from its start
- * at @t0, with @left pages to go: start helpers once the rest, at the pace
- * so far, would take pin_parallel_min_ms or more. Memory that is present
- * in large folios pins in far less (helpers would cost more than they
- * save); memory never touched, or 4K pages, take far more. Returns @t0 to
- * be asked again after the next batch, 0 once helpers were tried.
+ * After each batch of a mapping fm_par_may() let through, with @left pages
+ * to go: judge each FM_PAR_PROBE_PAGES by what pinning them took, and start
+ * helpers for the rest once it is work worth sharing: memory GUP-fast could
+ * not pin (never touched, or not pinnable without a fault: the locked walk,
+ * which faults in and zeroes pages, did half of it or more), or small
+ * folios (fewer than FM_PAR_SMALL_FOLIO pages on average, as charge.c
+ * counts them: GUP's work is per page there). Memory present in large folios pins in
+ * microseconds per GiB, far less than helpers cost to start, and stays
+ * serial. Not timed: a clock in the decision would make it depend on
+ * noise. Returns true to be asked again after the next batch.
  */
-u64 fm_par_consider(struct fm_pinner *p, unsigned long left, u64 t0)
+bool fm_par_consider(struct fm_pinner *p, unsigned long left)
 {
 	unsigned long done = (p->dma->size >> PAGE_SHIFT) - left;
-	u64 min_ns = (u64)READ_ONCE(fm_pin_parallel_min_ms) * NSEC_PER_MSEC;
+	unsigned long window = done - p->probe_done;
+	bool worth;
 
-	if (mul_u64_u64_div_u64(ktime_get_ns() - t0, left, done) < min_ns)
-		return t0;
+	if (window < FM_PAR_PROBE_PAGES)
+		return true;
+	worth = p->probe_slow * 2 >= window ||
+		window < FM_PAR_SMALL_FOLIO * max(p->probe_segs, 1UL);
+	p->probe_done = done;
+	p->probe_segs = 0;
+	p->probe_slow = 0;
+	if (!worth)
+		return true;
 	fm_par_start(p, left);
-	return 0;
+	return false;
 }
 
 /* The consumed chunk's batches are all taken: move the window on. */

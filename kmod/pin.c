@@ -66,8 +66,8 @@ int fm_pin_map_dma(struct fm_pinner *p)
 {
 	struct fm_dma *dma = p->dma;
 	unsigned long left = dma->size >> PAGE_SHIFT;
-	/* A large new mapping: from when helper threads may join (parallel.c) */
-	u64 par_t0 = p->target ? 0 : fm_par_clock(dma->size);
+	/* A large new mapping: helper threads may join (parallel.c). */
+	bool par = !p->target && fm_par_may(p, dma->size);
 	int ret = 0;
 
 	p->run_iova = dma->iova;
@@ -99,8 +99,8 @@ int fm_pin_map_dma(struct fm_pinner *p)
 			break;
 		}
 		left -= n;
-		if (par_t0 && left && !p->par)
-			par_t0 = fm_par_consider(p, left, par_t0);
+		if (par && left)
+			par = fm_par_consider(p, left);
 	}
 
 	/* Helpers gone, what they pinned beyond the error released. */

@@ -80,6 +80,10 @@ struct fm_pinner {
 	bool			mode_known;	/* dma->folio_pins decided */
 	bool			helper;		/* parallel.c: refuses hugetlbfs */
 	unsigned long		prepaid;	/* parallel.c: charged, not used yet */
+	/* parallel.c: folio segments, pages not from GUP-fast, since probe_done */
+	unsigned long		probe_done;
+	unsigned long		probe_segs;
+	unsigned long		probe_slow;
 	/* GUP-fast back-off (batch.c): batches left to skip, next skip */
 	unsigned int		fast_skip;
 	unsigned int		fast_backoff;
@@ -134,8 +138,8 @@ bool fm_range_has_vm_flags(struct mm_struct *mm, unsigned long addr, unsigned lo
 			   vm_flags_t flags);
 
 /* parallel.c: helpers fill the batches of a large MAP_DMA ahead */
-u64 fm_par_clock(size_t size);
-u64 fm_par_consider(struct fm_pinner *p, unsigned long left, u64 t0);
+bool fm_par_may(struct fm_pinner *p, size_t size);
+bool fm_par_consider(struct fm_pinner *p, unsigned long left);
 long fm_par_next(struct fm_pinner *p);
 void fm_par_stop(struct fm_pinner *p);
 
