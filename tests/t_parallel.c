@@ -136,6 +136,35 @@ TEST(par_first_touch_kinds_dma)
 }
 
 /*
+ * One MAP_DMA over three adjacent vmas never touched: THP, 4K shmem, 4K
+ * private anon. The device sees the right page on both sides of each vma
+ * boundary; pins and VmLck exact.
+ */
+TEST(par_mixed_vmas_dma)
+{
+	static const uint64_t off[] = { 0x3000, 16 * SZ_2M - SZ_4K, 16 * SZ_2M, 20 * SZ_2M,
+					24 * SZ_2M - SZ_4K, 24 * SZ_2M, PAR_SIZE - SZ_4K };
+	struct edu e;
+	int gfd, c = edu_container(t, VFIO_TYPE1v2_IOMMU, &gfd);
+	char *p = par_mem(t, PAR_THP, PAR_SIZE);
+	unsigned int i;
+
+	edu_open(t, gfd, &e);
+	ASSERT_EQ(mmap(p + 16 * SZ_2M, 8 * SZ_2M, PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0), p + 16 * SZ_2M);
+	ASSERT_EQ(mmap(p + 24 * SZ_2M, 8 * SZ_2M, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0), p + 24 * SZ_2M);
+	ASSERT_EQ(madvise(p + 24 * SZ_2M, 8 * SZ_2M, MADV_NOHUGEPAGE), 0);
+	MAP_OK(c, PAR_IOVA, p, PAR_SIZE);
+	EXPECT_ACCT(PAR_SIZE / SZ_4K);
+	for (i = 0; i + 1 < sizeof(off) / sizeof(off[0]); i++)
+		par_copy(t, &e, PAR_IOVA + off[i], p + off[i], PAR_IOVA + off[i + 1], p + off[i + 1]);
+	UNMAP_OK(c, PAR_IOVA, PAR_SIZE);
+	EXPECT_ACCT(0);
+	EXPECT_EQ(par_helpers_alive(), 0);
+}
+
+/*
  * A hole in a middle chunk: stock's -EFAULT, nothing pinned or charged,
  * and the IOVA range free again.
  */
