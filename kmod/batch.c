@@ -502,7 +502,11 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 		fm_batch_pages_to_runs(b, n);
 		return n;
 	}
-	if (dma->folio_pins) {
+	/*
+	 * Not for a helper: it refuses hugetlbfs, whose folios these are, and
+	 * fm_filepin() drops the lock its check was made under.
+	 */
+	if (dma->folio_pins && !p->helper) {
 		unsigned long first, want = min_t(unsigned long, npage, FM_FILEPIN_PAGES);
 
 		/* Drops mmap_lock: the inode lock must not nest inside it. */

@@ -35,7 +35,10 @@
  *
  * Memory beyond the first error may have been faulted in by a helper
  * before the error stopped it; it stays in the process, unpinned and
- * uncharged, as if the process had touched it.
+ * uncharged, as if the process had touched it. Likewise a helper's fault
+ * that cannot be interrupted (a file whose server hangs) ahead of the
+ * first error delays the map's return until it ends, where a serial map
+ * would have returned the error without reaching that page.
  */
 #include <linux/cpuset.h>
 #include <linux/kthread.h>
@@ -181,7 +184,9 @@ static long fm_par_fill(struct fm_par *par, struct fm_pinner *f, struct fm_par_c
 		}
 		pb = kmalloc(sizeof(*pb), GFP_KERNEL);
 		if (!pb) {
-			err = -ENOMEM;
+			/* A serial map allocates nothing here: the caller goes on. */
+			c->handback = f->helper;
+			err = f->helper ? 0 : -ENOMEM;
 			break;
 		}
 		fm_batch_init(&pb->batch, c->left);
@@ -622,6 +627,13 @@ void fm_par_stop(struct fm_pinner *p)
 
 	if (par->cur)
 		fm_par_batch_free(par->cur);
+	/* The last chunk of a map that completed was taken but not counted. */
+	if (par->consumed < par->claimed) {
+		struct fm_par_chunk *c = fm_par_chunk(par, par->consumed);
+
+		if (c->done && !c->left && !c->err && list_empty(&c->batches))
+			fm_par_chunk_consumed(par, c);
+	}
 	/* Claimed chunks are all done now; the first may be partly consumed. */
 	for (i = par->consumed; i < par->claimed; i++) {
 		struct fm_par_chunk *c = fm_par_chunk(par, i);

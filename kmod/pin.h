@@ -116,6 +116,9 @@ static inline void fm_pinner_init(struct fm_pinner *p, struct fm_iommu *iommu,
 	p->mode_known = false;
 	p->helper = false;
 	p->prepaid = 0;
+	p->probe_done = 0;
+	p->probe_segs = 0;
+	p->probe_slow = 0;
 	p->fast_skip = 0;
 	p->fast_backoff = 1;
 }
