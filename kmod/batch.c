@@ -435,19 +435,6 @@ static void fm_pinner_set_mode(struct fm_pinner *p, struct vm_area_struct *vma)
 }
 
 /*
- * Decide the pin mode before the first fill, for fills that run elsewhere
- * (parallel.c) and must all fill the same way.
- */
-void fm_pinner_decide_mode(struct fm_pinner *p)
-{
-	struct fm_dma *dma = p->dma;
-
-	mmap_read_lock(p->mm);
-	fm_pinner_set_mode(p, vma_lookup(p->mm, fm_compat_untagged_addr(p->mm, dma->vaddr)));
-	mmap_read_unlock(p->mm);
-}
-
-/*
  * Fill the pinner's batch from @vaddr, under one mmap_read_lock round trip.
  * GUP-fast pins first where it can (above); under the lock, the first fill
  * decides whether the dma has folio pins (filepin.c). A mapping with folio

@@ -416,9 +416,7 @@ static void fm_par_start(struct fm_pinner *p, unsigned long npage)
 		INIT_LIST_HEAD(&par->ring[i].batches);
 	spin_lock_init(&par->lock);
 	init_waitqueue_head(&par->wq);
-	/* Every fill must take the same kind of pins. */
-	if (!p->mode_known)
-		fm_pinner_decide_mode(p);
+	/* Every fill takes the pins the first fill (serial, before) chose. */
 	fm_par_fill_init(par, &par->fill);
 
 	/*

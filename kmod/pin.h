@@ -136,7 +136,6 @@ int fm_pin_map_dma(struct fm_pinner *p);
 void fm_batch_init(struct fm_batch *b, unsigned long npage);
 void fm_batch_fini(struct fm_batch *b);
 long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npage);
-void fm_pinner_decide_mode(struct fm_pinner *p);
 bool fm_range_has_vm_flags(struct mm_struct *mm, unsigned long addr, unsigned long len,
 			   vm_flags_t flags);
 
