@@ -512,6 +512,29 @@ static inline char th_mapper_kill(struct th *t, pid_t pid, int rfd, char done, i
 }
 
 /*
+ * Watch the mapper (every 10 ms, 30 s at most) until @min_pins pages are
+ * pinned or it reports, then th_mapper_kill() it and say how far it got.
+ * *@at_kill: the pins seen last before the kill.
+ */
+static inline char th_mapper_kill_at(struct th *t, pid_t pid, int rfd, long long min_pins,
+				     long long *at_kill, int *status)
+{
+	char done = 0;
+	int i;
+
+	for (i = 0; i < 3000; i++) {
+		*at_kill = th_pins(t);
+		if (*at_kill >= min_pins || read(rfd, &done, 1) == 1)
+			break;
+		usleep(10000);
+	}
+	done = th_mapper_kill(t, pid, rfd, done, status);
+	th_diag("killed with %lld pages pinned (map %s)", *at_kill,
+		done == 'D' ? "had finished" : done == 'E' ? "had failed" : "in progress");
+	return done;
+}
+
+/*
  * A userfaultfd with [@p, @p + @len) registered in @mode (UFFDIO_REGISTER_
  * MODE_*), closed by the harness. Nobody reads it: a fault it raises is
  * never served, so a kernel that waits for it waits until the fd closes.

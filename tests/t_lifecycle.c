@@ -162,23 +162,15 @@ TEST(lc_killed_during_large_map)
 {
 	const size_t size = SZ_1G;
 	long refcnt0 = vu_module_refcnt(th_backend_module());
-	int groups[1], rfd, status, i;
-	char done = 0;
+	int groups[1], rfd, status;
+	char done;
 	long long at_kill = 0;
 	pid_t pid;
 
 	th_e1000e_groups(t, groups, 1);
 	pid = th_mapper_start(t, groups[0], shm_unpopulated, size, 0x40000000, &rfd);
 	/* kill once a few thousand pages are pinned */
-	for (i = 0; i < 3000; i++) {
-		at_kill = th_pins(t);
-		if (at_kill >= 4096 || read(rfd, &done, 1) == 1)
-			break;
-		usleep(10000);
-	}
-	done = th_mapper_kill(t, pid, rfd, done, &status);
-	th_diag("killed with %lld pages pinned (map %s)", at_kill,
-		done == 'D' ? "had finished" : done == 'E' ? "had failed" : "in progress");
+	done = th_mapper_kill_at(t, pid, rfd, 4096, &at_kill, &status);
 	EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
 	/* the kill landed in the middle of the map */
 	EXPECT_EQ(done, 0);

@@ -249,22 +249,14 @@ static void *par_thp_untouched(size_t size)
 TEST(par_sigkill_2g)
 {
 	const size_t size = 2 * SZ_1G;
-	int groups[1], rfd, status, i;
+	int groups[1], rfd, status;
 	long long at_kill = 0;
-	char done = 0;
+	char done;
 	pid_t pid;
 
 	th_e1000e_groups(t, groups, 1);
 	pid = th_mapper_start(t, groups[0], par_thp_untouched, size, SZ_1G, &rfd);
-	for (i = 0; i < 3000; i++) {
-		at_kill = th_pins(t);
-		if (at_kill >= 16 * 512 || read(rfd, &done, 1) == 1)
-			break;
-		usleep(10000);
-	}
-	done = th_mapper_kill(t, pid, rfd, done, &status);
-	th_diag("killed with %lld pages pinned (map %s)", at_kill,
-		done == 'D' ? "had finished" : done == 'E' ? "had failed" : "in progress");
+	done = th_mapper_kill_at(t, pid, rfd, 16 * 512, &at_kill, &status);
 	EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
 	EXPECT_EQ(done, 0);
 	EXPECT_GE(at_kill, 16 * 512);
