@@ -78,6 +78,8 @@ bench_guest() {
 	[[ " ${modes:-} " != *" bar "* ]] || bar=(--ivshmem "${BAR_SIZE:-256M}")
 	# foliomap's helper threads (bench/switch-backend sets them): 0 is off.
 	[ -z "${FOLIOMAP_PIN_THREADS:-}" ] || env=(--env "FOLIOMAP_PIN_THREADS=$FOLIOMAP_PIN_THREADS")
+	# The matrix's first-touch size in MiB (matrix-bench's default: 512).
+	[ -z "${FT_MIB:-}" ] || env+=(--env "FT_MIB=$FT_MIB")
 	echo "$PROG: guest $krel, ${mem}G, backends $backends, loops $loops${det:+, deterministic}" >&2
 	"$REPO/vm/run" --kernel "$kernel" --backend stock --mem "${mem}G" --share "$REPO" \
 		"${det[@]}" "${bar[@]}" "${env[@]}" -- "$REPO/bench/guest-bench" --loops "$loops" \
