@@ -54,6 +54,9 @@ bench_check_setup() {
 	*) die "BACKENDS '$backends': stock, foliomap or stock,foliomap" ;;
 	esac
 	case "$deterministic" in 0|1) ;; *) die "DETERMINISTIC must be 0 or 1" ;; esac
+	[[ ${FT_MIB:-512} =~ ^[1-9][0-9]*$ ]] || die "FT_MIB '$FT_MIB' is not a positive integer (MiB)"
+	[[ ${FOLIOMAP_PIN_THREADS:-0} =~ ^-?[0-9]+$ ]] ||
+		die "FOLIOMAP_PIN_THREADS '$FOLIOMAP_PIN_THREADS' is not an integer"
 	[ -x "$REPO/vm/run" ] || die "vm/run missing"
 	krel=$("$REPO/vm/kver" "$kernel") || die "no Debian $kernel kernel installed: make deps KERNEL=$kernel"
 	[ -x "$REPO/tools/dma-bench" ] || make -s -C "$REPO/tools" >&2 || die "cannot build tools/dma-bench"
