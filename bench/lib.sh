@@ -35,10 +35,11 @@ bench_covers() {
 }
 
 # bench_reference "ITEMS" "DEFAULT ITEMS": is this a run on the reference
-# setup (6.12, both backends, at least the default modes/backings/sizes)?
-# Only such a run replaces the *latest.* files the READMEs quote.
+# setup (6.12, both backends, foliomap's default pin_threads, at least the
+# default modes/backings/sizes)? Only such a run replaces the *latest.*
+# files the READMEs quote.
 bench_reference() {
-	[ "$kernel" = 6.12 ] && [ "$deterministic" = 0 ] &&
+	[ "$kernel" = 6.12 ] && [ "$deterministic" = 0 ] && [ -z "${FOLIOMAP_PIN_THREADS:-}" ] &&
 		bench_covers "${backends//,/ }" "stock foliomap" && bench_covers "$1" "$2"
 }
 
