@@ -60,8 +60,9 @@ void fm_batch_init(struct fm_batch *b, unsigned long npage)
 	if (want <= FM_BATCH_INLINE)
 		return;
 
-	b->pages = kmalloc_array(want, sizeof(*b->pages), GFP_KERNEL | __GFP_NOWARN);
-	b->runs = kmalloc_array(want, sizeof(*b->runs), GFP_KERNEL | __GFP_NOWARN);
+	/* Charged to the caller's memcg, as every allocation made for it. */
+	b->pages = kmalloc_array(want, sizeof(*b->pages), GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
+	b->runs = kmalloc_array(want, sizeof(*b->runs), GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
 	if (b->pages && b->runs) {
 		b->capacity = want;
 		return;
@@ -457,9 +458,12 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 		n = fm_batch_pin_fast(b, p->mm, vaddr, npage, dma->prot, &seq);
 	mmap_read_lock(p->mm);
 	/*
-	 * A helper thread (parallel.c) never faults hugetlbfs memory in: the
-	 * hugetlb cgroup would charge it, not the caller. Checked under the
-	 * lock the fill holds, it covers every vma the fill can reach.
+	 * A helper thread (parallel.c) leaves hugetlbfs memory to the caller,
+	 * which pins it as a serial map does (by folio where the dma takes
+	 * folio pins, filepin.c): helpers only start for a range without
+	 * hugetlbfs, and this catches hugetlbfs mapped there meanwhile.
+	 * Checked under the lock the fill holds, it covers every vma the fill
+	 * can reach.
 	 */
 	if (p->helper && fm_range_has_vm_flags(p->mm, fm_compat_untagged_addr(p->mm, vaddr),
 					       npage << PAGE_SHIFT, VM_HUGETLB)) {

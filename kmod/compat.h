@@ -59,6 +59,13 @@
  *                                 (still 6): CHECK_EXTENSION answers 0, so no
  *                                 container gets it, and open() would take it
  *                                 as v2
+ *   FM_HAVE_USER_WORKER           vhost_task_create(fn, handle_sigkill, arg,
+ *                                 name): a worker that is a thread of the
+ *                                 calling process (CLONE_THREAD | CLONE_VM,
+ *                                 PF_USER_WORKER), ERR_PTR on failure (6.12
+ *                                 and 7.x with CONFIG_VHOST_TASK, which
+ *                                 Debian's VHOST selects; 6.1 has none, so
+ *                                 parallel pinning is not built there)
  *   FM_HAVE_EXTERNAL_ARG_CHECKS   pin_pages refuses npage <= 0 (-EINVAL) and
  *                                 an IOVA range that wraps (-EOVERFLOW) before
  *                                 anything else, and unpin_pages WARNs and
@@ -112,6 +119,9 @@
 #define FM_HAVE_INFO_FULL_WRITEBACK
 #define FM_HAVE_MEMFD_PIN_FOLIOS
 #define FM_HAVE_DOMAIN_JOIN
+#ifdef CONFIG_VHOST_TASK
+#define FM_HAVE_USER_WORKER
+#endif
 #if defined(CONFIG_PER_VMA_LOCK) && defined(FM_MM_LOCK_SEQCOUNT_T)
 #define FM_HAVE_MM_LOCK_SEQCOUNT
 #endif
@@ -486,7 +496,7 @@ static inline bool fm_compat_external_range_wraps(dma_addr_t iova, int npage)
 
 /*
  * Does the calling task place its memory by a task mempolicy of its own
- * (set_mempolicy(), numactl)? A kernel thread cannot take it over. The
+ * (set_mempolicy(), numactl), rather than on the node it runs on? The
  * field exists only with NUMA; every kernel here has it there.
  */
 static inline bool fm_compat_task_mempolicy(void)
@@ -497,5 +507,46 @@ static inline bool fm_compat_task_mempolicy(void)
 	return false;
 #endif
 }
+
+/*
+ * A worker thread of the calling process (parallel.c's helpers): created
+ * stopped, started, woken, and stopped and reaped. NULL where there is no
+ * such thread (6.1) or it could not be created (pids.max, RLIMIT_NPROC,
+ * memory).
+ */
+#ifdef FM_HAVE_USER_WORKER
+#include <linux/sched/vhost_task.h>
+
+#define fm_compat_have_user_worker()	true
+#define fm_user_worker			vhost_task
+
+static inline struct fm_user_worker *fm_compat_user_worker_create(bool (*fn)(void *),
+								   void (*killed)(void *),
+								   void *arg, const char *name)
+{
+	struct vhost_task *w = vhost_task_create(fn, killed, arg, name);
+
+	return IS_ERR_OR_NULL(w) ? NULL : w;
+}
+
+#define fm_compat_user_worker_start	vhost_task_start
+#define fm_compat_user_worker_wake	vhost_task_wake
+#define fm_compat_user_worker_stop	vhost_task_stop
+#else
+struct fm_user_worker;
+
+#define fm_compat_have_user_worker()	false
+
+static inline struct fm_user_worker *fm_compat_user_worker_create(bool (*fn)(void *),
+								   void (*killed)(void *),
+								   void *arg, const char *name)
+{
+	return NULL;
+}
+
+static inline void fm_compat_user_worker_start(struct fm_user_worker *w) { }
+static inline void fm_compat_user_worker_wake(struct fm_user_worker *w) { }
+static inline void fm_compat_user_worker_stop(struct fm_user_worker *w) { }
+#endif
 
 #endif /* _FOLIOMAP_COMPAT_H */

@@ -3,52 +3,55 @@
  * Parallel pinning of a large MAP_DMA. Faulting in and zeroing memory that
  * was never touched is most of what a VMM's MAP_DMA of guest RAM costs
  * without prealloc, and GUP does it one page after another. Here helper
- * kernel threads fill the pipeline's batches ahead of the caller:
+ * threads fill the pipeline's batches ahead of the caller:
  *
  *   - the dma is cut into chunks at vaddr multiples of a power of two
  *     (2 MiB to 32 MiB); chunks are claimed in IOVA order, by helpers and
  *     by the caller, at most a window of them ahead of the oldest one not
  *     yet consumed;
  *   - a chunk is filled with the ordinary fill (batch.c) into batches of
- *     its own: GUP pins, folio pins or PFNMAP lookups, nothing charged,
- *     nothing mapped, stopping at the first error;
+ *     its own: GUP pins or PFNMAP lookups, nothing charged, nothing mapped;
  *   - the caller alone takes the batches in IOVA order and charges and maps
  *     them as it would its own (pin.c): the charge, the run record and the
- *     error returned are those of a serial map, and the first error in
- *     IOVA order ends the map;
- *   - at the end the helpers are stopped (they exit before the ioctl
- *     returns) and every batch not consumed is unpinned, never charged;
- *     a caller with a fatal signal passes SIGKILL on to them first, so
- *     that a helper in GUP stops as the caller would.
+ *     error returned are those of a serial map;
+ *   - the caller never waits for a helper: when the chunk it needs next is
+ *     still being filled and there is no other to fill, it takes the rest
+ *     of that chunk over at the helper's next batch boundary, and the
+ *     helper's batch in flight is dropped. A helper that is starved, stopped
+ *     or throttled delays the map by nothing but that duplicated batch;
+ *   - a helper that fails hands the rest of its chunk back and no chunk
+ *     beyond the failure is claimed any more: the caller fills the failing
+ *     part itself, so the error a map returns is always the caller's own,
+ *     met where a serial map meets it;
+ *   - at the end the helpers are stopped and reaped before the ioctl
+ *     returns, and every batch not consumed is unpinned, never charged.
  *
- * A helper works in the caller's mm (kthread_use_mm()): faults there
- * charge the mm's memory cgroup, page tables too (the caller's memcg is
- * made active), and follow the vmas' NUMA policies. A helper runs only on
- * CPUs of the caller's node that the caller may run on, at its nice level.
- * What a kernel thread cannot take over stays the caller's: its own task
- * mempolicy or a cpuset that narrows its memory nodes keep the map serial,
- * and hugetlbfs memory, whose pages the hugetlb cgroup charges to the
- * faulting task, is never faulted by a helper (checked under the fill's
- * mmap_lock, batch.c; the caller fills what a helper left). The helpers'
- * CPU time is their own (kernel threads, outside the caller's cgroups):
- * pin_threads=0 turns them off.
+ * The helpers are threads of the calling process (vhost_task_create(), the
+ * user workers of vhost and of KVM's NX recovery; compat.h), created by
+ * the calling thread. So they are in all of its cgroups (cpu, cpuset, io,
+ * memory, pids, hugetlb) and count in its CPU time and PSI; they inherit
+ * its affinity, scheduling policy, nice level and task mempolicy, share
+ * its mm, files nothing; they get the process's fatal signals (GUP stops
+ * on them) and are part of an OOM victim. A helper that cannot be created
+ * (pids.max, RLIMIT_NPROC, memory) is not started: the map is then serial.
+ * The only placement a helper chooses is its node: with the default (local)
+ * policy, it runs on the caller's node, so that pages land where the
+ * caller's would; with a task mempolicy the policy places them.
  *
- * Memory beyond the first error may have been faulted in by a helper
- * before the error stopped it; it stays in the process, unpinned and
- * uncharged, as if the process had touched it. Likewise a helper's fault
- * that cannot be interrupted (a file whose server hangs) ahead of the
- * first error delays the map's return until it ends, where a serial map
- * would have returned the error without reaching that page.
+ * Memory beyond the first error may have been filled by a helper before
+ * the error was met: at most a window of chunks, each GUP'd as the map
+ * asked (faulted in and charged to the memcg, copy-on-write broken for a
+ * writable map, migrated out of ZONE_MOVABLE and CMA for the long-term
+ * pin), then unpinned, never charged to locked memory. It stays in the
+ * process as if the process had touched it.
  */
-#include <linux/cpuset.h>
-#include <linux/kthread.h>
+#include <linux/cpumask.h>
 #include <linux/ktime.h>
-#include <linux/memcontrol.h>
-#include <linux/sched/mm.h>
+#include <linux/mm.h>
+#include <linux/sched.h>
 #include <linux/sched/signal.h>
 #include <linux/sizes.h>
 #include <linux/slab.h>
-#include <linux/wait.h>
 
 #include "pin.h"
 #include "trace.h"
@@ -60,38 +63,44 @@
 #define FM_PAR_PROBE_PAGES	(4 * FM_BATCH_PAGES)
 /* Fewer pages per folio than this on average: 4K memory (fm_par_consider()) */
 #define FM_PAR_SMALL_FOLIO	64
+/* Pages of the rest looked at to tell memory never touched from present */
+#define FM_PAR_PRESENT_SAMPLES	8
 /* Chunks per thread in flight: one being filled, one waiting. */
 #define FM_PAR_WINDOW_PER_THREAD 2
 
+/* Who fills a chunk: the caller, helper 1.., or nobody (the caller's to do) */
+#define FM_PAR_CALLER		0
+#define FM_PAR_NOBODY		UINT_MAX
+
 struct fm_par_batch {
 	struct list_head	node;
-	unsigned long		vaddr;		/* where the batch starts */
 	struct fm_batch		batch;
 };
 
+/* Under fm_par.lock, but for the fill itself, done unlocked by its filler. */
 struct fm_par_chunk {
-	struct list_head	batches;	/* struct fm_par_batch, in order */
+	struct list_head	batches;	/* filled, in order */
 	unsigned long		vaddr;		/* not filled yet from here */
 	unsigned long		left;		/* ... this many pages */
-	long			err;		/* the fill's, after the batches */
-	bool			handback;	/* a helper left the rest (hugetlbfs) */
-	u64			ns;		/* time the fill took */
-	unsigned int		filler;		/* 0: the caller, else helper n */
-	bool			done;		/* filled: the caller's now */
+	unsigned int		filler;		/* who fills the rest */
+	bool			helped;		/* a helper filled part of it */
+	u64			ns;		/* time its fills took */
 };
 
 struct fm_par;
 
 struct fm_par_helper {
 	struct fm_par		*par;
-	struct task_struct	*task;
+	struct fm_user_worker	*worker;
+	struct fm_pinner	fill;		/* its own fills' pinner */
 	unsigned int		id;		/* 1.. (0 is the caller) */
+	bool			placed;		/* on par->cpus */
 };
 
 struct fm_par {
 	struct fm_pinner	*p;		/* the caller's */
 	struct fm_pinner	fill;		/* the caller's own fills */
-	struct fm_batch		*own;		/* p's batch, back at the end */
+	struct fm_batch		*own;		/* p's batch */
 	struct fm_par_batch	*cur;		/* being consumed by p */
 	unsigned long		start;		/* vaddr the helpers' part starts at */
 	unsigned long		npage;		/* pages from there to the dma's end */
@@ -102,11 +111,10 @@ struct fm_par {
 	spinlock_t		lock;
 	unsigned long		claimed;	/* chunks handed out */
 	unsigned long		consumed;	/* chunks taken by p */
+	unsigned long		stop_at;	/* a fill failed here: claim nothing beyond */
 	bool			abort;
-	wait_queue_head_t	wq;		/* chunk done, window moved, abort */
-	struct mem_cgroup	*memcg;		/* the mm's, for page tables */
+	bool			narrow;		/* helpers run on cpus, not the caller's mask */
 	cpumask_var_t		cpus;		/* where helpers may run */
-	unsigned int		running;	/* helpers not yet out of their loop */
 	unsigned int		nr_helpers;
 	struct fm_par_helper	helpers[FM_PAR_MAX_HELPERS];
 };
@@ -129,30 +137,35 @@ static unsigned long fm_par_chunk_range(struct fm_par *par, unsigned long i,
 	return start;
 }
 
-/* The next chunk to fill, if the window has room and nobody stopped. */
-static bool fm_par_claim(struct fm_par *par, unsigned long *i)
+/* Under par->lock: hand out the next chunk to @who. */
+static struct fm_par_chunk *fm_par_take_next(struct fm_par *par, unsigned int who)
 {
-	bool ok;
+	unsigned long i = par->claimed++;
+	struct fm_par_chunk *c = fm_par_chunk(par, i);
 
-	spin_lock(&par->lock);
-	ok = !par->abort && par->claimed < par->nr_chunks &&
-	     par->claimed < par->consumed + par->window;
-	if (ok)
-		*i = par->claimed++;
-	spin_unlock(&par->lock);
-	return ok;
+	c->vaddr = fm_par_chunk_range(par, i, &c->left);
+	c->filler = who;
+	c->helped = false;
+	c->ns = 0;
+	return c;
 }
 
-/* Does a waiting helper have anything to do, or nothing ever again? */
-static bool fm_par_helper_wake(struct fm_par *par)
+/*
+ * The next chunk to fill ahead, for @who, if the window has room, nobody
+ * stopped, and it lies before any failure.
+ */
+static struct fm_par_chunk *fm_par_claim(struct fm_par *par, unsigned int who)
 {
-	bool wake;
+	struct fm_par_chunk *c = NULL;
+	unsigned long npage;
 
 	spin_lock(&par->lock);
-	wake = par->abort || par->claimed == par->nr_chunks ||
-	       par->claimed < par->consumed + par->window;
+	if (!par->abort && par->claimed < par->nr_chunks &&
+	    par->claimed < par->consumed + par->window &&
+	    fm_par_chunk_range(par, par->claimed, &npage) < par->stop_at)
+		c = fm_par_take_next(par, who);
 	spin_unlock(&par->lock);
-	return wake;
+	return c;
 }
 
 static void fm_par_batch_free(struct fm_par_batch *pb)
@@ -162,132 +175,162 @@ static void fm_par_batch_free(struct fm_par_batch *pb)
 }
 
 /*
- * Fill the rest of chunk @c through @f (a pinner of the caller's or a
- * helper's), up to its end or its first error: 0 or -errno. A helper
- * leaves hugetlbfs memory to the caller (c->handback), and so does a
- * helper stopped by a signal the caller did not get. Only the filler
- * touches the chunk until it is done, then only the caller.
+ * Unpin a batch nobody charged or mapped: GUP's or memfd_pin_folios()'
+ * pins, one per page or, with folio pins, one per folio segment of a run
+ * (batch.c); never dirtied, since no device saw them. PFNMAP lookups hold
+ * no pin.
  */
-static long fm_par_fill(struct fm_par *par, struct fm_pinner *f, struct fm_par_chunk *c)
+static void fm_par_batch_release(struct fm_par *par, struct fm_par_batch *pb)
 {
-	u64 start = ktime_get_ns();
-	long err = 0;
+	bool folio_pins = par->p->dma->folio_pins;
+	struct fm_batch *b = &pb->batch;
+	unsigned long r;
 
-	while (c->left) {
+	for (r = 0; r < b->nr_runs && !b->pfnmap; r++) {
+		unsigned long pfn = b->runs[r].pfn, left = b->runs[r].npage;
+
+		if (!folio_pins) {
+			unpin_user_page_range_dirty_lock(pfn_to_page(pfn), left, false);
+			continue;
+		}
+		while (left) {
+			unsigned long len = fm_folio_segment(pfn, left);
+
+			unpin_user_page(pfn_to_page(pfn));
+			pfn += len;
+			left -= len;
+		}
+	}
+	fm_par_batch_free(pb);
+}
+
+/*
+ * Fill chunk @c ahead of the caller, as @who through pinner @f, batch by
+ * batch, for as long as @who is its filler: the caller may take the rest
+ * over at any time, and a batch filled meanwhile is dropped. A failure
+ * (an allocation, GUP's error, hugetlbfs that a helper leaves alone: -EXDEV)
+ * hands the rest back to the caller; any but the last also stops claims
+ * beyond it. Returns the pages this call added.
+ */
+static unsigned long fm_par_fill_ahead(struct fm_par *par, struct fm_pinner *f,
+				       struct fm_par_chunk *c, unsigned int who)
+{
+	unsigned long added = 0;
+
+	for (;;) {
+		unsigned long vaddr, left;
 		struct fm_par_batch *pb;
+		u64 start;
 		long n;
 
-		/* The caller's fatal signal, or the caller stopped the helpers. */
-		if (READ_ONCE(par->abort) || fatal_signal_pending(current)) {
-			err = -EINTR;
-			break;
-		}
-		pb = kmalloc(sizeof(*pb), GFP_KERNEL);
+		spin_lock(&par->lock);
+		if (c->filler != who || !c->left)
+			goto out_unlock;
+		if (par->abort || c->vaddr >= par->stop_at || fatal_signal_pending(current))
+			goto handback;
+		vaddr = c->vaddr;
+		left = c->left;
+		spin_unlock(&par->lock);
+
+		pb = kmalloc(sizeof(*pb), GFP_KERNEL_ACCOUNT);
 		if (!pb) {
-			/* A serial map allocates nothing here: the caller goes on. */
-			c->handback = f->helper;
-			err = f->helper ? 0 : -ENOMEM;
-			break;
+			spin_lock(&par->lock);
+			if (c->filler == who)
+				goto handback;
+			goto out_unlock;
 		}
-		fm_batch_init(&pb->batch, c->left);
+		fm_batch_init(&pb->batch, left);
 		f->batch = &pb->batch;
-		n = fm_pinner_fill(f, c->vaddr, c->left);
+		start = ktime_get_ns();
+		n = fm_pinner_fill(f, vaddr, left);
+		f->batch = NULL;
+
+		spin_lock(&par->lock);
+		if (c->filler != who) {
+			/* Taken over by the caller meanwhile. */
+			spin_unlock(&par->lock);
+			if (n > 0)
+				fm_par_batch_release(par, pb);
+			else
+				fm_par_batch_free(pb);
+			return added;
+		}
 		if (n < 0) {
 			fm_par_batch_free(pb);
-			c->handback = f->helper && (n == -EXDEV || n == -EINTR);
-			err = c->handback ? 0 : n;
-			break;
+			if (n != -EXDEV)
+				par->stop_at = min(par->stop_at, vaddr);
+			goto handback;
 		}
-		pb->vaddr = c->vaddr;
 		list_add_tail(&pb->node, &c->batches);
 		c->vaddr += n << PAGE_SHIFT;
 		c->left -= n;
+		c->ns += ktime_get_ns() - start;
+		c->helped |= who != FM_PAR_CALLER;
+		spin_unlock(&par->lock);
+		added += n;
 		cond_resched();
 	}
-	f->batch = NULL;
-	c->ns += ktime_get_ns() - start;
-	return err;
+handback:
+	c->filler = FM_PAR_NOBODY;
+out_unlock:
+	spin_unlock(&par->lock);
+	return added;
 }
 
-/* Claimed chunk @i: fill it and hand it to the caller. */
-static void fm_par_fill_chunk(struct fm_par *par, struct fm_pinner *f, unsigned long i,
-			      unsigned int filler)
-{
-	struct fm_par_chunk *c = fm_par_chunk(par, i);
-
-	c->vaddr = fm_par_chunk_range(par, i, &c->left);
-	c->ns = 0;
-	c->handback = false;
-	c->err = fm_par_fill(par, f, c);
-	c->filler = filler;
-	/* The batches and the result above are complete before done is. */
-	smp_store_release(&c->done, true);
-	wake_up_all(&par->wq);
-}
-
-static void fm_par_fill_init(struct fm_par *par, struct fm_pinner *f)
+static void fm_par_fill_init(struct fm_par *par, struct fm_pinner *f, bool helper)
 {
 	struct fm_pinner *p = par->p;
 
 	fm_pinner_init(f, p->iommu, p->dma, NULL, NULL);
 	f->single = p->single;
 	f->mode_known = true;
-	f->helper = f != &par->fill;
+	f->helper = helper;
 }
 
-static int fm_par_helper(void *data)
+/*
+ * A helper's work, called by its worker loop (compat.h) in
+ * TASK_INTERRUPTIBLE: fill the next chunk, or return false to sleep until
+ * the window moves (fm_par_chunk_consumed()) or the caller stops us.
+ */
+static bool fm_par_helper_work(void *data)
 {
 	struct fm_par_helper *h = data;
 	struct fm_par *par = h->par;
-	struct mem_cgroup *old;
-	struct fm_pinner f;
-	unsigned long i;
+	struct fm_par_chunk *c;
 
-	/* The caller's SIGKILL is passed on (fm_par_stop()): GUP stops. */
-	allow_kernel_signal(SIGKILL);
-	fm_par_fill_init(par, &f);
-	kthread_use_mm(par->p->mm);
-	old = set_active_memcg(par->memcg);
-	for (;;) {
-		if (fm_par_claim(par, &i)) {
-			fm_par_fill_chunk(par, &f, i, h->id);
-			continue;
-		}
-		wait_event_idle(par->wq, fm_par_helper_wake(par));
-		if (READ_ONCE(par->abort) || READ_ONCE(par->claimed) == par->nr_chunks)
-			break;
+	if (!h->placed) {
+		__set_current_state(TASK_RUNNING);
+		h->placed = true;
+		/* Only ever narrower than the caller's mask (fm_par_start()). */
+		if (par->narrow)
+			set_cpus_allowed_ptr(current, par->cpus);
 	}
-	set_active_memcg(old);
-	kthread_unuse_mm(par->p->mm);
-	spin_lock(&par->lock);
-	par->running--;
-	spin_unlock(&par->lock);
-	wake_up_all(&par->wq);
-
-	/* kthread_stop() reaps us: the ioctl never returns before. */
-	set_current_state(TASK_IDLE);
-	while (!kthread_should_stop()) {
-		schedule();
-		set_current_state(TASK_IDLE);
-	}
+	c = fm_par_claim(par, h->id);
+	if (!c)
+		return false;
 	__set_current_state(TASK_RUNNING);
-	return 0;
+	fm_par_fill_ahead(par, &h->fill, c, h->id);
+	return true;
+}
+
+/*
+ * The process got a fatal signal: the worker exits. Its chunk, if any, was
+ * handed back when GUP stopped; the caller, killed too, stops the map.
+ */
+static void fm_par_helper_killed(void *data)
+{
 }
 
 /*
  * Helpers for this caller: pin_threads (-1: one fewer than the CPUs they
- * may use, @mask), at most one fewer than the chunks. 0 when the caller's
- * memory placement is its task's, which a kernel thread does not have: a
- * task mempolicy, or a cpuset narrower than the memory nodes.
+ * may use, @mask), at most one fewer than the chunks.
  */
 static unsigned int fm_par_helpers_wanted(const struct cpumask *mask, unsigned long nr_chunks)
 {
 	int want = READ_ONCE(fm_pin_threads);
 	unsigned int cpus = cpumask_weight(mask);
 
-	if (!want || cpus < 2 || nr_chunks < 2 || fm_compat_task_mempolicy())
-		return 0;
-	if (!nodes_subset(node_states[N_MEMORY], cpuset_current_mems_allowed))
+	if (!want || cpus < 2 || nr_chunks < 2)
 		return 0;
 	if (want < 0 || want > cpus - 1)
 		want = cpus - 1;
@@ -295,34 +338,41 @@ static unsigned int fm_par_helpers_wanted(const struct cpumask *mask, unsigned l
 }
 
 /*
- * The next helper, bound to par->cpus at the caller's nice level, not yet
- * woken. Its argument lives in @par, whether its function runs or not.
+ * The next helper: a thread of the caller's process, created by the caller
+ * and so in its cgroups, with its policy, nice level and mempolicy; not
+ * started yet. Fails where the process may not have another thread.
  */
 static bool fm_par_helper_create(struct fm_par *par)
 {
 	struct fm_par_helper *h = &par->helpers[par->nr_helpers];
-	struct task_struct *t;
 
 	h->par = par;
 	h->id = par->nr_helpers + 1;
-	t = kthread_create(fm_par_helper, h, "foliomap-pin/%d", task_pid_nr(current));
-	if (IS_ERR(t))
+	h->placed = false;
+	fm_par_fill_init(par, &h->fill, true);
+	h->worker = fm_compat_user_worker_create(fm_par_helper_work, fm_par_helper_killed, h,
+						 "foliomap-pin");
+	if (!h->worker)
 		return false;
-	if (set_cpus_allowed_ptr(t, par->cpus)) {
-		kthread_stop(t);
-		return false;
-	}
-	set_user_nice(t, task_nice(current));
-	h->task = t;
 	par->nr_helpers++;
 	return true;
 }
 
+static void fm_par_wake_helpers(struct fm_par *par)
+{
+	unsigned int h;
+
+	for (h = 0; h < par->nr_helpers; h++)
+		if (par->helpers[h].worker)
+			fm_compat_user_worker_wake(par->helpers[h].worker);
+}
+
 /*
- * Is the rest of the dma for helpers? Not with hugetlbfs memory (above),
- * nor with device memory, whose lookups are quick and which the charge
- * made ahead would count for nothing. A range with holes fails where it
- * fails, as serially.
+ * Is the rest of the dma for helpers? Not with hugetlbfs memory, pinned
+ * by folio (filepin.c) or by 2 MiB pages, quick either way, nor with
+ * device memory, whose lookups are quick and which the charge made ahead
+ * would count for nothing. A range with holes fails where it fails, as
+ * serially.
  */
 static bool fm_par_range_ok(struct fm_par *par, struct mm_struct *mm)
 {
@@ -363,7 +413,22 @@ static void fm_par_free(struct fm_par *par)
 }
 
 /*
- * Called by fm_pin_map_dma() for a new mapping, between two batches, when
+ * Where helpers may run: the caller's CPUs or, when its memory goes to the
+ * node it runs on (no task mempolicy), those of them on its node.
+ */
+static bool fm_par_cpus(struct fm_par *par)
+{
+	if (!zalloc_cpumask_var(&par->cpus, GFP_KERNEL_ACCOUNT))
+		return false;
+	cpumask_copy(par->cpus, current->cpus_ptr);
+	if (!fm_compat_task_mempolicy())
+		cpumask_and(par->cpus, par->cpus, cpumask_of_node(numa_node_id()));
+	par->narrow = !cpumask_equal(par->cpus, current->cpus_ptr);
+	return true;
+}
+
+/*
+ * Called by fm_par_consider() for a new mapping, between two batches, when
  * what is left of it (@npage pages from the open run's end) is worth
  * helpers: start them, if the caller may have them. Without (nothing to
  * gain, no memory, no thread) the map goes on serially.
@@ -374,30 +439,19 @@ static void fm_par_start(struct fm_pinner *p, unsigned long npage)
 	unsigned int helpers, i;
 	struct fm_par *par;
 
-	if (p->mm != current->mm)
-		return;
-	par = kzalloc(sizeof(*par), GFP_KERNEL);
+	par = kzalloc(sizeof(*par), GFP_KERNEL_ACCOUNT);
 	if (!par)
 		return;
 	par->p = p;
 	par->own = p->batch;
 	par->start = dma->vaddr + (fm_pinner_next_iova(p) - dma->iova);
 	par->npage = npage;
-	/*
-	 * Helpers run on the caller's node, on CPUs it may use: with the
-	 * default (local) policy, pages land where the caller's would.
-	 */
-	if (!zalloc_cpumask_var(&par->cpus, GFP_KERNEL)) {
+	par->stop_at = ULONG_MAX;
+	if (!fm_par_cpus(par)) {
 		kfree(par);
 		return;
 	}
-	cpumask_and(par->cpus, current->cpus_ptr, cpumask_of_node(numa_node_id()));
 	helpers = fm_par_helpers_wanted(par->cpus, fm_par_nr_chunks(par, ilog2(FM_PAR_CHUNK_MIN)));
-	/*
-	 * Not on the caller's own CPU: woken from it, a helper would often
-	 * start there and take turns with the caller until a load balance.
-	 */
-	cpumask_clear_cpu(raw_smp_processor_id(), par->cpus);
 	if (!helpers || !fm_par_range_ok(par, p->mm)) {
 		fm_par_free(par);
 		return;
@@ -407,7 +461,7 @@ static void fm_par_start(struct fm_pinner *p, unsigned long npage)
 	par->nr_chunks = fm_par_nr_chunks(par, par->shift);
 	helpers = min_t(unsigned long, helpers, par->nr_chunks - 1);
 	par->window = FM_PAR_WINDOW_PER_THREAD * (helpers + 1);
-	par->ring = kcalloc(par->window, sizeof(*par->ring), GFP_KERNEL);
+	par->ring = kcalloc(par->window, sizeof(*par->ring), GFP_KERNEL_ACCOUNT);
 	if (!par->ring) {
 		fm_par_free(par);
 		return;
@@ -415,9 +469,8 @@ static void fm_par_start(struct fm_pinner *p, unsigned long npage)
 	for (i = 0; i < par->window; i++)
 		INIT_LIST_HEAD(&par->ring[i].batches);
 	spin_lock_init(&par->lock);
-	init_waitqueue_head(&par->wq);
 	/* Every fill takes the pins the first fill (serial, before) chose. */
-	fm_par_fill_init(par, &par->fill);
+	fm_par_fill_init(par, &par->fill, false);
 
 	/*
 	 * The rest of the map is charged ahead, once; each batch then takes
@@ -433,21 +486,18 @@ static void fm_par_start(struct fm_pinner *p, unsigned long npage)
 		return;
 	}
 	p->prepaid = npage;
-	par->memcg = get_mem_cgroup_from_mm(p->mm);
 
 	while (par->nr_helpers < helpers && fm_par_helper_create(par))
 		;
 	if (!par->nr_helpers) {
 		fm_lock_acct(dma, -(long)p->prepaid, false);
 		p->prepaid = 0;
-		mem_cgroup_put(par->memcg);
 		fm_par_free(par);
 		return;
 	}
-	par->running = par->nr_helpers;
 	p->par = par;
 	for (i = 0; i < par->nr_helpers; i++)
-		wake_up_process(par->helpers[i].task);
+		fm_compat_user_worker_start(par->helpers[i].worker);
 }
 
 /*
@@ -461,20 +511,51 @@ bool fm_par_may(struct fm_pinner *p, size_t size)
 	p->probe_done = 0;
 	p->probe_segs = 0;
 	p->probe_slow = 0;
-	return READ_ONCE(fm_pin_threads) && size >= max_t(u64, min, 2 * FM_PAR_CHUNK_MIN);
+	p->probe_window = FM_PAR_PROBE_PAGES;
+	return fm_compat_have_user_worker() && READ_ONCE(fm_pin_threads) &&
+	       size >= max_t(u64, min, 2 * FM_PAR_CHUNK_MIN);
+}
+
+/*
+ * Is the rest of the dma (@left pages from @vaddr) mostly not present in
+ * the page tables, memory never touched? Or present, and only slow to pin
+ * because every page needs a write fault: copy-on-write after fork(), the
+ * zero page. Each such fault must flush the TLB of every CPU the mm runs
+ * on, which helpers would add to, so that memory stays serial. A few pages
+ * spread over the rest are looked up with GUP-fast, which takes no lock
+ * and faults nothing.
+ */
+static bool fm_par_rest_absent(struct fm_pinner *p, unsigned long vaddr, unsigned long left)
+{
+	unsigned long step = max(left / FM_PAR_PRESENT_SAMPLES, 1UL), i, absent = 0, n = 0;
+
+	for (i = 0; i < left; i += step, n++) {
+		struct page *page;
+
+		if (get_user_pages_fast_only(vaddr + (i << PAGE_SHIFT), 1, 0, &page) == 1)
+			put_page(page);
+		else
+			absent++;
+	}
+	return absent * 2 > n;
 }
 
 /*
  * After each batch of a mapping fm_par_may() let through, with @left pages
- * to go: judge each FM_PAR_PROBE_PAGES by what pinning them took, and start
- * helpers for the rest once it is work worth sharing: memory GUP-fast could
- * not pin (never touched, or not pinnable without a fault: the locked walk,
- * which faults in and zeroes pages, did half of it or more), or small
- * folios (fewer than FM_PAR_SMALL_FOLIO pages on average, as charge.c
- * counts them: GUP's work is per page there). Memory present in large folios pins in
- * microseconds per GiB, far less than helpers cost to start, and stays
- * serial. Not timed: a clock in the decision would make it depend on
- * noise. Returns true to be asked again after the next batch.
+ * to go: judge a window of pages (FM_PAR_PROBE_PAGES, twice as many after
+ * each window found not worth it, so that a long map judges a few times,
+ * not once per window) by what pinning them took, and start
+ * helpers for the rest once it is work worth sharing:
+ *   - memory GUP-fast could not pin (the locked walk did half of it or
+ *     more) and whose rest is not present: never touched, so the walk
+ *     faults in and zeroes it, which parallelizes;
+ *   - memory GUP-fast pinned in small folios (fewer than FM_PAR_SMALL_FOLIO
+ *     pages on average, as charge.c counts them): GUP's work is per page.
+ * Present memory in large folios pins in microseconds per GiB, far less
+ * than helpers cost to start, and present memory that needs write faults
+ * (fm_par_rest_absent()) gains nothing: both stay serial. Not timed: a
+ * clock in the decision would make it depend on noise. Returns true to be
+ * asked again after the next batch.
  */
 bool fm_par_consider(struct fm_pinner *p, unsigned long left)
 {
@@ -482,130 +563,131 @@ bool fm_par_consider(struct fm_pinner *p, unsigned long left)
 	unsigned long window = done - p->probe_done;
 	bool worth;
 
-	if (window < FM_PAR_PROBE_PAGES)
+	if (window < p->probe_window)
 		return true;
-	worth = p->probe_slow * 2 >= window ||
-		window < FM_PAR_SMALL_FOLIO * max(p->probe_segs, 1UL);
+	/* Helpers share the caller's mm: only for the caller's own memory. */
+	if (p->mm != current->mm)
+		return false;
+	if (p->probe_slow * 2 >= window)
+		worth = fm_par_rest_absent(p, p->dma->vaddr + (done << PAGE_SHIFT), left);
+	else
+		worth = window < FM_PAR_SMALL_FOLIO * max(p->probe_segs, 1UL);
 	p->probe_done = done;
 	p->probe_segs = 0;
 	p->probe_slow = 0;
-	if (!worth)
+	if (!worth) {
+		p->probe_window *= 2;
 		return true;
+	}
 	fm_par_start(p, left);
 	return false;
 }
 
-/* The consumed chunk's batches are all taken: move the window on. */
+/* The chunk's batches are all charged and mapped: move the window on. */
 static void fm_par_chunk_consumed(struct fm_par *par, struct fm_par_chunk *c)
 {
 	struct fm_pinner *p = par->p;
 	unsigned long npage, vaddr = fm_par_chunk_range(par, par->consumed, &npage);
 
 	trace_foliomap_pin_chunk(p->dma->iova + (vaddr - p->dma->vaddr),
-				 (u64)npage << PAGE_SHIFT, c->filler, c->ns);
+				 (u64)npage << PAGE_SHIFT, c->helped, c->ns);
 	p->iommu->stats.parallel_chunks++;
-	if (c->filler)
+	if (c->helped)
 		p->iommu->stats.parallel_helper_chunks++;
 	p->iommu->stats.parallel_chunk_ns += c->ns;
 
-	c->done = false;
 	spin_lock(&par->lock);
 	par->consumed++;
 	spin_unlock(&par->lock);
-	wake_up_all(&par->wq);
+	fm_par_wake_helpers(par);
+}
+
+/* The caller fills its chunk @c itself, one batch into its own batch. */
+static long fm_par_fill_head(struct fm_par *par, struct fm_par_chunk *c)
+{
+	struct fm_pinner *f = &par->fill;
+	u64 start = ktime_get_ns();
+	long n;
+
+	f->batch = par->own;
+	n = fm_pinner_fill(f, c->vaddr, c->left);
+	f->batch = NULL;
+	if (n < 0)
+		return n;
+	spin_lock(&par->lock);
+	c->vaddr += n << PAGE_SHIFT;
+	c->left -= n;
+	c->ns += ktime_get_ns() - start;
+	spin_unlock(&par->lock);
+	return n;
 }
 
 /*
  * The next batch in IOVA order, as p->batch, for the caller to charge and
- * map: its size in pages, or the error the fill stopped at there. While
- * the batch it needs is still being filled, the caller fills the next
- * unclaimed chunk itself, or waits (killably) when there is none.
+ * map: its size in pages, or the caller's own error there. The head chunk
+ * (the oldest not consumed) gives its filled batches first; its unfilled
+ * rest the caller fills itself when it is nobody's, or its own. While a
+ * helper fills it, the caller fills a chunk ahead, or, with none to claim,
+ * takes the head chunk over.
  */
 long fm_par_next(struct fm_pinner *p)
 {
 	struct fm_par *par = p->par;
-	unsigned long i;
 
 	/* The batch before is consumed (pin.c mapped or released it). */
 	if (par->cur) {
 		fm_par_batch_free(par->cur);
 		par->cur = NULL;
-		p->batch = par->own;
 	}
+	p->batch = par->own;
 	for (;;) {
-		struct fm_par_chunk *c;
+		struct fm_par_chunk *c, *ahead;
 		struct fm_par_batch *pb;
+		bool mine;
 
 		if (WARN_ON_ONCE(par->consumed == par->nr_chunks))
 			return -EFAULT;
-		c = fm_par_chunk(par, par->consumed);
-		/* Pairs with the filler's release: its batches are all there. */
-		if (smp_load_acquire(&c->done)) {
-			pb = list_first_entry_or_null(&c->batches, struct fm_par_batch, node);
-			if (pb) {
-				list_del(&pb->node);
-				par->cur = pb;
-				p->batch = &pb->batch;
-				return pb->batch.size;
-			}
-			/* What a helper left, the caller fills in place. */
-			if (c->handback) {
-				c->handback = false;
-				c->err = fm_par_fill(par, &par->fill, c);
-				continue;
-			}
-			if (c->err)
-				return c->err;
+		spin_lock(&par->lock);
+		c = par->consumed == par->claimed ? fm_par_take_next(par, FM_PAR_CALLER) :
+						    fm_par_chunk(par, par->consumed);
+		pb = list_first_entry_or_null(&c->batches, struct fm_par_batch, node);
+		if (pb) {
+			list_del(&pb->node);
+			spin_unlock(&par->lock);
+			par->cur = pb;
+			p->batch = &pb->batch;
+			return pb->batch.size;
+		}
+		if (!c->left) {
+			spin_unlock(&par->lock);
 			fm_par_chunk_consumed(par, c);
 			continue;
 		}
-		if (fm_par_claim(par, &i)) {
-			fm_par_fill_chunk(par, &par->fill, i, 0);
+		if (c->filler == FM_PAR_NOBODY)
+			c->filler = FM_PAR_CALLER;
+		mine = c->filler == FM_PAR_CALLER;
+		spin_unlock(&par->lock);
+		if (mine)
+			return fm_par_fill_head(par, c);
+
+		ahead = fm_par_claim(par, FM_PAR_CALLER);
+		if (ahead && fm_par_fill_ahead(par, &par->fill, ahead, FM_PAR_CALLER))
 			continue;
-		}
-		/* As above. */
-		if (wait_event_killable(par->wq, smp_load_acquire(&c->done)))
-			return -EINTR;
+		/* Nothing else to do: the rest of the head chunk is ours. */
+		spin_lock(&par->lock);
+		if (list_empty(&c->batches) && c->left)
+			c->filler = FM_PAR_CALLER;
+		spin_unlock(&par->lock);
 	}
 }
 
 /*
- * Unpin a batch nobody charged or mapped: GUP's or memfd_pin_folios()'
- * pins, one per page or, with folio pins, one per folio segment of a run
- * (batch.c); never dirtied, since no device saw them. PFNMAP lookups hold
- * no pin.
+ * After the caller's last batch, done (@mapped: all of it mapped) or
+ * failed: stop the helpers and reap them. A helper ends the batch it is
+ * filling first; killed, it ends sooner, as GUP stops on the process's
+ * fatal signal. Then unpin whatever was filled and never consumed.
  */
-static void fm_par_batch_release(struct fm_par *par, struct fm_par_batch *pb)
-{
-	bool folio_pins = par->p->dma->folio_pins;
-	struct fm_batch *b = &pb->batch;
-	unsigned long r;
-
-	for (r = 0; r < b->nr_runs && !b->pfnmap; r++) {
-		unsigned long pfn = b->runs[r].pfn, left = b->runs[r].npage;
-
-		if (!folio_pins) {
-			unpin_user_page_range_dirty_lock(pfn_to_page(pfn), left, false);
-			continue;
-		}
-		while (left) {
-			unsigned long len = fm_folio_segment(pfn, left);
-
-			unpin_user_page(pfn_to_page(pfn));
-			pfn += len;
-			left -= len;
-		}
-	}
-	fm_par_batch_free(pb);
-}
-
-/*
- * After the caller's last batch, done or failed: stop the helpers and wait
- * for them to leave their loop, killably: a caller killed meanwhile passes
- * SIGKILL on, so that a helper's GUP stops as the caller's would. Then
- * reap them and unpin whatever was filled and never consumed.
- */
-void fm_par_stop(struct fm_pinner *p)
+void fm_par_stop(struct fm_pinner *p, bool mapped)
 {
 	struct fm_par *par = p->par;
 	unsigned long i;
@@ -614,25 +696,21 @@ void fm_par_stop(struct fm_pinner *p)
 	spin_lock(&par->lock);
 	par->abort = true;
 	spin_unlock(&par->lock);
-	wake_up_all(&par->wq);
-	if (wait_event_killable(par->wq, !READ_ONCE(par->running))) {
-		for (h = 0; h < par->nr_helpers; h++)
-			send_sig(SIGKILL, par->helpers[h].task, 1);
-		wait_event(par->wq, !READ_ONCE(par->running));
+	for (h = 0; h < par->nr_helpers; h++) {
+		fm_compat_user_worker_stop(par->helpers[h].worker);
+		par->helpers[h].worker = NULL;
 	}
-	for (h = 0; h < par->nr_helpers; h++)
-		kthread_stop(par->helpers[h].task);
 
 	if (par->cur)
 		fm_par_batch_free(par->cur);
-	/* The last chunk of a map that completed was taken but not counted. */
-	if (par->consumed < par->claimed) {
+	/* The last chunk is consumed only when the map was completed. */
+	if (mapped && par->consumed < par->claimed) {
 		struct fm_par_chunk *c = fm_par_chunk(par, par->consumed);
 
-		if (c->done && !c->left && !c->err && list_empty(&c->batches))
+		if (!c->left && list_empty(&c->batches))
 			fm_par_chunk_consumed(par, c);
 	}
-	/* Claimed chunks are all done now; the first may be partly consumed. */
+	/* Claimed chunks are all still now; the first may be partly consumed. */
 	for (i = par->consumed; i < par->claimed; i++) {
 		struct fm_par_chunk *c = fm_par_chunk(par, i);
 		struct fm_par_batch *pb, *next;
@@ -654,6 +732,5 @@ void fm_par_stop(struct fm_pinner *p)
 				    par->nr_chunks);
 	p->batch = par->own;
 	p->par = NULL;
-	mem_cgroup_put(par->memcg);
 	fm_par_free(par);
 }

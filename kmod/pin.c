@@ -103,11 +103,11 @@ int fm_pin_map_dma(struct fm_pinner *p)
 			par = fm_par_consider(p, left);
 	}
 
-	/* Helpers gone, what they pinned beyond the error released. */
-	if (p->par)
-		fm_par_stop(p);
 	if (!ret && p->run_npage)
 		ret = fm_run_map(p);
+	/* Helpers gone, what they pinned ahead released. */
+	if (p->par)
+		fm_par_stop(p, !ret);
 	if (ret && p->run_npage) {
 		fm_unpin_run(dma, p->run_iova, p->run_pfn, p->run_npage, true);
 		p->run_npage = 0;

@@ -84,6 +84,7 @@ struct fm_pinner {
 	unsigned long		probe_done;
 	unsigned long		probe_segs;
 	unsigned long		probe_slow;
+	unsigned long		probe_window;	/* pages judged at a time */
 	/* GUP-fast back-off (batch.c): batches left to skip, next skip */
 	unsigned int		fast_skip;
 	unsigned int		fast_backoff;
@@ -119,6 +120,7 @@ static inline void fm_pinner_init(struct fm_pinner *p, struct fm_iommu *iommu,
 	p->probe_done = 0;
 	p->probe_segs = 0;
 	p->probe_slow = 0;
+	p->probe_window = 0;
 	p->fast_skip = 0;
 	p->fast_backoff = 1;
 }
@@ -143,7 +145,7 @@ bool fm_range_has_vm_flags(struct mm_struct *mm, unsigned long addr, unsigned lo
 bool fm_par_may(struct fm_pinner *p, size_t size);
 bool fm_par_consider(struct fm_pinner *p, unsigned long left);
 long fm_par_next(struct fm_pinner *p);
-void fm_par_stop(struct fm_pinner *p);
+void fm_par_stop(struct fm_pinner *p, bool mapped);
 
 /* charge.c: the batch's charge (fm_lock_acct() and the owner: foliomap.h) */
 int fm_batch_charge(struct fm_pinner *p);

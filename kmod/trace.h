@@ -6,8 +6,8 @@
  *   foliomap_map    a MAP_DMA mapping pinned, charged and mapped
  *   foliomap_unmap  a mapping taken out of the IOMMU and released
  *   foliomap_pin_chunk     a chunk of a MAP_DMA pinned in parallel, when
- *                          the caller took it: filler 0 is the caller,
- *                          1.. a helper thread; ns is the fill's time
+ *                          the caller took it: helped 1 when a helper
+ *                          thread filled some of it; ns is the fills' time
  *   foliomap_pin_parallel  a MAP_DMA pinned in parallel: threads (the
  *                          caller and its helpers) and chunks
  *
@@ -50,18 +50,18 @@ DEFINE_EVENT(foliomap_dma, foliomap_unmap,
 	     TP_ARGS(iova, size, runs, ns));
 
 TRACE_EVENT(foliomap_pin_chunk,
-	    TP_PROTO(u64 iova, u64 size, unsigned int filler, u64 ns),
-	    TP_ARGS(iova, size, filler, ns),
+	    TP_PROTO(u64 iova, u64 size, bool helped, u64 ns),
+	    TP_ARGS(iova, size, helped, ns),
 	    TP_STRUCT__entry(__field(u64, iova)
 			     __field(u64, size)
-			     __field(unsigned int, filler)
+			     __field(unsigned int, helped)
 			     __field(u64, ns)),
 	    TP_fast_assign(__entry->iova = iova;
 			   __entry->size = size;
-			   __entry->filler = filler;
+			   __entry->helped = helped;
 			   __entry->ns = ns;),
-	    TP_printk("iova=0x%llx size=0x%llx filler=%u ns=%llu",
-		      __entry->iova, __entry->size, __entry->filler, __entry->ns));
+	    TP_printk("iova=0x%llx size=0x%llx helped=%u ns=%llu",
+		      __entry->iova, __entry->size, __entry->helped, __entry->ns));
 
 TRACE_EVENT(foliomap_pin_parallel,
 	    TP_PROTO(u64 iova, u64 size, unsigned int threads, unsigned long chunks),

@@ -114,6 +114,17 @@ static inline bool th_ro_zero_page_unshared(void)
 }
 
 /*
+ * foliomap difference: parallel pinning's helpers are threads of the
+ * calling process (vhost_task_create()), which 6.1 cannot create for a
+ * module: there foliomap pins in the calling thread alone, whatever
+ * pin_threads says.
+ */
+static inline bool th_helpers_possible(void)
+{
+	return th_kernel_series() >= 612;
+}
+
+/*
  * The address width of the emulated IOMMU, in bits, as the guest was
  * configured: vm/run --aw-bits (39, QEMU's default, or 48) exports it as
  * VFIO_IOMMU_AW_BITS.  Outside vm/run (not set): 39.  t_info checks that the

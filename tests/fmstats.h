@@ -2,7 +2,8 @@
 /*
  * foliomap's per-container counters in debugfs (<debugfs>/foliomap/<id>/
  * stats), for the tests that read them: debugfs or tracefs mounted on
- * demand, the newest container's id, one counter by name.
+ * demand, the newest container's id, one counter by name; and foliomap's
+ * helper threads, wherever they are.
  */
 #ifndef FOLIOMAP_TESTS_FMSTATS_H
 #define FOLIOMAP_TESTS_FMSTATS_H
@@ -60,6 +61,49 @@ static long long stat_of(int id, const char *name)
 			ret = v;
 	fclose(f);
 	return ret;
+}
+
+/* The comm of foliomap's helper threads (threads of the mapping process). */
+#define FM_HELPER_COMM	"foliomap-pin"
+
+/*
+ * Threads whose comm starts with FM_HELPER_COMM, in any process
+ * (/proc/<pid>/task/<tid>/comm): none may outlive the MAP_DMA that
+ * started it. -1 if /proc cannot be read.
+ */
+static inline int fm_helpers_alive(void)
+{
+	char path[600], comm[64];
+	struct dirent *e, *te;
+	DIR *d = opendir("/proc"), *td;
+	int n = 0;
+	FILE *f;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/task", e->d_name);
+		td = opendir(path);
+		if (!td)
+			continue;	/* gone meanwhile */
+		while ((te = readdir(td))) {
+			if (te->d_name[0] < '0' || te->d_name[0] > '9')
+				continue;
+			snprintf(path, sizeof(path), "/proc/%s/task/%s/comm", e->d_name, te->d_name);
+			f = fopen(path, "r");
+			if (!f)
+				continue;
+			if (fgets(comm, sizeof(comm), f) &&
+			    !strncmp(comm, FM_HELPER_COMM, strlen(FM_HELPER_COMM)))
+				n++;
+			fclose(f);
+		}
+		closedir(td);
+	}
+	closedir(d);
+	return n;
 }
 
 #endif
