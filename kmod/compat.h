@@ -520,9 +520,9 @@ static inline bool fm_compat_task_mempolicy(void)
 #define fm_compat_have_user_worker()	true
 #define fm_user_worker			vhost_task
 
-static inline struct fm_user_worker *fm_compat_user_worker_create(bool (*fn)(void *),
-								   void (*killed)(void *),
-								   void *arg, const char *name)
+static inline struct fm_user_worker *
+fm_compat_user_worker_create(bool (*fn)(void *), void (*killed)(void *), void *arg,
+			     const char *name)
 {
 	struct vhost_task *w = vhost_task_create(fn, killed, arg, name);
 
@@ -537,9 +537,9 @@ struct fm_user_worker;
 
 #define fm_compat_have_user_worker()	false
 
-static inline struct fm_user_worker *fm_compat_user_worker_create(bool (*fn)(void *),
-								   void (*killed)(void *),
-								   void *arg, const char *name)
+static inline struct fm_user_worker *
+fm_compat_user_worker_create(bool (*fn)(void *), void (*killed)(void *), void *arg,
+			     const char *name)
 {
 	return NULL;
 }

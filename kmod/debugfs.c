@@ -24,7 +24,7 @@
  *   parallel_maps   MAP_DMA pinned by the caller with helper threads
  *   parallel_helpers       helper threads those maps started
  *   parallel_chunks        chunks of them charged and mapped
- *   parallel_helper_chunks ... of which a helper filled
+ *   parallel_helper_chunks ... of which a helper filled some or all
  *   parallel_chunk_ns      time spent filling those chunks, all threads
  */
 #include <linux/debugfs.h>
