@@ -15,10 +15,12 @@
  *     them as it would its own (pin.c): the charge, the run record and the
  *     error returned are those of a serial map;
  *   - the caller never waits for a helper: when the chunk it needs next is
- *     still being filled and there is no other to fill, it takes the rest
- *     of that chunk over at the helper's next batch boundary, and the
- *     helper's batch in flight is dropped. A helper that is starved, stopped
- *     or throttled delays the map by nothing but that duplicated batch;
+ *     still being filled and there is no other to fill, it splits off the
+ *     rest of that chunk behind the helper's batch in flight and fills it
+ *     itself; if that batch is still not there then, it takes the batch
+ *     over too, and the helper's is dropped when it ends. A helper that is
+ *     starved, stopped or throttled delays the map by at most that one
+ *     duplicated batch, and a helper that is only slower costs nothing;
  *   - a helper that fails hands the rest of its chunk back and no chunk
  *     beyond the failure is claimed any more: the caller fills the failing
  *     part itself, so the error a map returns is always the caller's own,
@@ -77,12 +79,27 @@ struct fm_par_batch {
 	struct fm_batch		batch;
 };
 
-/* Under fm_par.lock, but for the fill itself, done unlocked by its filler. */
-struct fm_par_chunk {
+/*
+ * A part of a chunk and who fills it. Under fm_par.lock, but for the fill
+ * itself, done unlocked by its filler.
+ */
+struct fm_par_seg {
 	struct list_head	batches;	/* filled, in order */
 	unsigned long		vaddr;		/* not filled yet from here */
 	unsigned long		left;		/* ... this many pages */
+	unsigned long		inflight;	/* pages the filler's batch asks for now */
 	unsigned int		filler;		/* who fills the rest */
+};
+
+/*
+ * A chunk is its front, where its filler works, and once the caller split
+ * it (fm_par_next()), its back: what lies behind the front filler's batch
+ * in flight. The front is taken first.
+ */
+struct fm_par_chunk {
+	struct fm_par_seg	front;
+	struct fm_par_seg	back;
+	bool			split;		/* the back was split off */
 	bool			helped;		/* a helper filled part of it */
 	u64			ns;		/* time its fills took */
 };
@@ -143,8 +160,13 @@ static struct fm_par_chunk *fm_par_take_next(struct fm_par *par, unsigned int wh
 	unsigned long i = par->claimed++;
 	struct fm_par_chunk *c = fm_par_chunk(par, i);
 
-	c->vaddr = fm_par_chunk_range(par, i, &c->left);
-	c->filler = who;
+	c->front.vaddr = fm_par_chunk_range(par, i, &c->front.left);
+	c->front.filler = who;
+	c->front.inflight = 0;
+	c->back.left = 0;
+	c->back.inflight = 0;
+	c->back.filler = FM_PAR_NOBODY;
+	c->split = false;
 	c->helped = false;
 	c->ns = 0;
 	return c;
@@ -205,15 +227,17 @@ static void fm_par_batch_release(struct fm_par *par, struct fm_par_batch *pb)
 }
 
 /*
- * Fill chunk @c ahead of the caller, as @who through pinner @f, batch by
- * batch, for as long as @who is its filler: the caller may take the rest
- * over at any time, and a batch filled meanwhile is dropped. A failure
- * (an allocation, GUP's error, hugetlbfs that a helper leaves alone: -EXDEV)
- * hands the rest back to the caller; any but the last also stops claims
- * beyond it. Returns the pages this call added.
+ * Fill part @g of chunk @c ahead of the caller, as @who through pinner @f,
+ * batch by batch, for as long as @who is its filler and it has pages left:
+ * the caller may split the rest off or take it over at any time, and a
+ * batch filled for what it took is dropped. A failure (an allocation,
+ * GUP's error, hugetlbfs that a helper leaves alone: -EXDEV) hands the
+ * rest back to the caller; any but the last also stops claims beyond it.
+ * Returns the pages this call added.
  */
 static unsigned long fm_par_fill_ahead(struct fm_par *par, struct fm_pinner *f,
-				       struct fm_par_chunk *c, unsigned int who)
+				       struct fm_par_chunk *c, struct fm_par_seg *g,
+				       unsigned int who)
 {
 	unsigned long added = 0;
 
@@ -224,18 +248,20 @@ static unsigned long fm_par_fill_ahead(struct fm_par *par, struct fm_pinner *f,
 		long n;
 
 		spin_lock(&par->lock);
-		if (c->filler != who || !c->left)
+		g->inflight = 0;
+		if (g->filler != who || !g->left)
 			goto out_unlock;
-		if (par->abort || c->vaddr >= par->stop_at || fatal_signal_pending(current))
+		if (par->abort || g->vaddr >= par->stop_at || fatal_signal_pending(current))
 			goto handback;
-		vaddr = c->vaddr;
-		left = c->left;
+		vaddr = g->vaddr;
+		left = g->left;
+		g->inflight = min_t(unsigned long, left, FM_BATCH_PAGES);
 		spin_unlock(&par->lock);
 
 		pb = kmalloc(sizeof(*pb), GFP_KERNEL_ACCOUNT);
 		if (!pb) {
 			spin_lock(&par->lock);
-			if (c->filler == who)
+			if (g->filler == who && g->vaddr == vaddr)
 				goto handback;
 			goto out_unlock;
 		}
@@ -246,8 +272,9 @@ static unsigned long fm_par_fill_ahead(struct fm_par *par, struct fm_pinner *f,
 		f->batch = NULL;
 
 		spin_lock(&par->lock);
-		if (c->filler != who) {
+		if (g->filler != who || g->vaddr != vaddr) {
 			/* Taken over by the caller meanwhile. */
+			g->inflight = 0;
 			spin_unlock(&par->lock);
 			if (n > 0)
 				fm_par_batch_release(par, pb);
@@ -261,9 +288,11 @@ static unsigned long fm_par_fill_ahead(struct fm_par *par, struct fm_pinner *f,
 				par->stop_at = min(par->stop_at, vaddr);
 			goto handback;
 		}
-		list_add_tail(&pb->node, &c->batches);
-		c->vaddr += n << PAGE_SHIFT;
-		c->left -= n;
+		/* A split leaves at least what the batch asked for (inflight). */
+		list_add_tail(&pb->node, &g->batches);
+		g->vaddr += n << PAGE_SHIFT;
+		g->left -= n;
+		g->inflight = 0;
 		c->ns += ktime_get_ns() - start;
 		c->helped |= who != FM_PAR_CALLER;
 		spin_unlock(&par->lock);
@@ -271,8 +300,9 @@ static unsigned long fm_par_fill_ahead(struct fm_par *par, struct fm_pinner *f,
 		cond_resched();
 	}
 handback:
-	c->filler = FM_PAR_NOBODY;
+	g->filler = FM_PAR_NOBODY;
 out_unlock:
+	g->inflight = 0;
 	spin_unlock(&par->lock);
 	return added;
 }
@@ -309,7 +339,7 @@ static bool fm_par_helper_work(void *data)
 	if (!c)
 		return false;
 	__set_current_state(TASK_RUNNING);
-	fm_par_fill_ahead(par, &h->fill, c, h->id);
+	fm_par_fill_ahead(par, &h->fill, c, &c->front, h->id);
 	return true;
 }
 
@@ -466,8 +496,10 @@ static void fm_par_start(struct fm_pinner *p, unsigned long npage)
 		fm_par_free(par);
 		return;
 	}
-	for (i = 0; i < par->window; i++)
-		INIT_LIST_HEAD(&par->ring[i].batches);
+	for (i = 0; i < par->window; i++) {
+		INIT_LIST_HEAD(&par->ring[i].front.batches);
+		INIT_LIST_HEAD(&par->ring[i].back.batches);
+	}
 	spin_lock_init(&par->lock);
 	/* Every fill takes the pins the first fill (serial, before) chose. */
 	fm_par_fill_init(par, &par->fill, false);
@@ -602,24 +634,47 @@ static void fm_par_chunk_consumed(struct fm_par *par, struct fm_par_chunk *c)
 	fm_par_wake_helpers(par);
 }
 
-/* The caller fills its chunk @c itself, one batch into its own batch. */
-static long fm_par_fill_head(struct fm_par *par, struct fm_par_chunk *c)
+/* The caller fills part @g of its chunk @c, one batch into its own batch. */
+static long fm_par_fill_head(struct fm_par *par, struct fm_par_chunk *c,
+			     struct fm_par_seg *g)
 {
 	struct fm_pinner *f = &par->fill;
 	u64 start = ktime_get_ns();
 	long n;
 
 	f->batch = par->own;
-	n = fm_pinner_fill(f, c->vaddr, c->left);
+	n = fm_pinner_fill(f, g->vaddr, g->left);
 	f->batch = NULL;
 	if (n < 0)
 		return n;
 	spin_lock(&par->lock);
-	c->vaddr += n << PAGE_SHIFT;
-	c->left -= n;
+	g->vaddr += n << PAGE_SHIFT;
+	g->left -= n;
 	c->ns += ktime_get_ns() - start;
 	spin_unlock(&par->lock);
 	return n;
+}
+
+/*
+ * Under par->lock, with part @g of the head chunk @c being filled by a
+ * helper and nothing else to do: split off what lies behind the helper's
+ * batch in flight, for the caller to fill ahead (true). Without anything
+ * to split off (split before, or the batch in flight is the rest), the
+ * caller takes the rest over: the batch in flight is then filled twice,
+ * the helper's dropped.
+ */
+static bool fm_par_split(struct fm_par_chunk *c, struct fm_par_seg *g)
+{
+	if (g == &c->front && !c->split && g->left > g->inflight) {
+		c->split = true;
+		c->back.vaddr = g->vaddr + (g->inflight << PAGE_SHIFT);
+		c->back.left = g->left - g->inflight;
+		c->back.filler = FM_PAR_CALLER;
+		g->left = g->inflight;
+		return true;
+	}
+	g->filler = FM_PAR_CALLER;
+	return false;
 }
 
 /*
@@ -643,14 +698,17 @@ long fm_par_next(struct fm_pinner *p)
 	for (;;) {
 		struct fm_par_chunk *c, *ahead;
 		struct fm_par_batch *pb;
-		bool mine;
+		struct fm_par_seg *g;
+		bool mine, split;
 
 		if (WARN_ON_ONCE(par->consumed == par->nr_chunks))
 			return -EFAULT;
 		spin_lock(&par->lock);
 		c = par->consumed == par->claimed ? fm_par_take_next(par, FM_PAR_CALLER) :
 						    fm_par_chunk(par, par->consumed);
-		pb = list_first_entry_or_null(&c->batches, struct fm_par_batch, node);
+		/* The front, then the back: the first part not all taken. */
+		g = c->front.left || !list_empty(&c->front.batches) ? &c->front : &c->back;
+		pb = list_first_entry_or_null(&g->batches, struct fm_par_batch, node);
 		if (pb) {
 			list_del(&pb->node);
 			spin_unlock(&par->lock);
@@ -658,26 +716,29 @@ long fm_par_next(struct fm_pinner *p)
 			p->batch = &pb->batch;
 			return pb->batch.size;
 		}
-		if (!c->left) {
+		if (!g->left) {
 			spin_unlock(&par->lock);
 			fm_par_chunk_consumed(par, c);
 			continue;
 		}
-		if (c->filler == FM_PAR_NOBODY)
-			c->filler = FM_PAR_CALLER;
-		mine = c->filler == FM_PAR_CALLER;
+		if (g->filler == FM_PAR_NOBODY)
+			g->filler = FM_PAR_CALLER;
+		mine = g->filler == FM_PAR_CALLER;
 		spin_unlock(&par->lock);
 		if (mine)
-			return fm_par_fill_head(par, c);
+			return fm_par_fill_head(par, c, g);
 
+		/* A helper fills it: fill a chunk ahead meanwhile, or split. */
 		ahead = fm_par_claim(par, FM_PAR_CALLER);
-		if (ahead && fm_par_fill_ahead(par, &par->fill, ahead, FM_PAR_CALLER))
+		if (ahead && fm_par_fill_ahead(par, &par->fill, ahead, &ahead->front,
+					       FM_PAR_CALLER))
 			continue;
-		/* Nothing else to do: the rest of the head chunk is ours. */
 		spin_lock(&par->lock);
-		if (list_empty(&c->batches) && c->left)
-			c->filler = FM_PAR_CALLER;
+		split = list_empty(&g->batches) && g->left && g->filler != FM_PAR_CALLER &&
+			g->filler != FM_PAR_NOBODY && fm_par_split(c, g);
 		spin_unlock(&par->lock);
+		if (split)
+			fm_par_fill_ahead(par, &par->fill, c, &c->back, FM_PAR_CALLER);
 	}
 }
 
@@ -707,7 +768,8 @@ void fm_par_stop(struct fm_pinner *p, bool mapped)
 	if (mapped && par->consumed < par->claimed) {
 		struct fm_par_chunk *c = fm_par_chunk(par, par->consumed);
 
-		if (!c->left && list_empty(&c->batches))
+		if (!c->front.left && list_empty(&c->front.batches) &&
+		    !c->back.left && list_empty(&c->back.batches))
 			fm_par_chunk_consumed(par, c);
 	}
 	/* Claimed chunks are all still now; the first may be partly consumed. */
@@ -715,7 +777,11 @@ void fm_par_stop(struct fm_pinner *p, bool mapped)
 		struct fm_par_chunk *c = fm_par_chunk(par, i);
 		struct fm_par_batch *pb, *next;
 
-		list_for_each_entry_safe(pb, next, &c->batches, node) {
+		list_for_each_entry_safe(pb, next, &c->front.batches, node) {
+			list_del(&pb->node);
+			fm_par_batch_release(par, pb);
+		}
+		list_for_each_entry_safe(pb, next, &c->back.batches, node) {
 			list_del(&pb->node);
 			fm_par_batch_release(par, pb);
 		}
