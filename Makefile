@@ -8,6 +8,11 @@
 # make check-scale  t_scale alone (also part of make check), both backends, every
 #                   kernel of KERNELS; FOLIOMAP_SCALE_2M=262144 FOLIOMAP_SCALE_4G=256
 #                   for the full scale (tests/README.md)
+# make check-debug  the guest tests, both backends (BACKEND=stock|foliomap: one), on
+#                   the debug kernel 6.12-debug: Debian's 6.12 with KASAN, lockdep,
+#                   kmemleak, UBSAN, fault injection (ONLY="t_a t_b": those programs)
+# make debug-kernel build that kernel (vm/debug-kernel; once, and again when
+#                   linux-source-6.12, Debian's config or vm/debug-6.12.config change)
 # make style        checkpatch.pl --strict over kmod/ and tests/emu (STRICT=0: default level)
 # make install / uninstall          plain module install for KVER (default: running)
 # make dkms-install / dkms-uninstall  DKMS install (rebuilt for each new kernel)
@@ -55,6 +60,15 @@ check:
 check-scale:
 	for k in $(KERNELS); do vm/install-deps $$k || exit 1; done
 	tests/check --only t_scale $(foreach k,$(KERNELS),--kernel $(k))
+
+# The debug kernel (build/debug-6.12/, vm/README.md) and the guest tests on
+# it; make check does not run them.
+debug-kernel:
+	vm/debug-kernel
+
+BACKEND ?= both
+check-debug: debug-kernel
+	tests/check --kernel 6.12-debug --backend $(BACKEND) $(if $(ONLY),--only "$(ONLY)")
 
 # Host installation (root), for the kernel KVER=... given on the command
 # line, else the running one. Both kinds also install
@@ -169,5 +183,5 @@ clean:
 	$(MAKE) -C tools clean
 	$(MAKE) -C tests clean
 
-.PHONY: all deps module tools check check-scale fuzz bench bench-scale bench-vmm clean \
+.PHONY: all deps module tools check check-scale check-debug debug-kernel fuzz bench bench-scale bench-vmm clean \
 	install uninstall install-conf uninstall-conf dkms-install dkms-uninstall style deb

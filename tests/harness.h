@@ -265,12 +265,25 @@ static inline long long th_vmlck_kb(struct th *t)
 /* ------------------------------------------------------------------ */
 /* runner */
 
+/*
+ * FOLIOMAP_TIMEOUT_FACTOR (1 to 100; tests/check sets it for the debug
+ * kernel, whose KASAN and lockdep make a guest several times slower)
+ * multiplies TH_TIMEOUT; unset, the timeout is TH_TIMEOUT.
+ */
+static inline unsigned int th_timeout(void)
+{
+	const char *f = getenv("FOLIOMAP_TIMEOUT_FACTOR");
+	long n = f ? strtol(f, NULL, 10) : 1;
+
+	return TH_TIMEOUT * (unsigned int)(n >= 1 && n <= 100 ? n : 1);
+}
+
 static inline void th_child(struct th *t)
 {
 	struct vu_counters end;
 	int i;
 
-	alarm(TH_TIMEOUT);
+	alarm(th_timeout());
 	if (vu_counters_read(&t->start)) {
 		th_diag("cannot read /proc/vmstat pin counters or VmLck");
 		th_res->failed = 1;
