@@ -226,6 +226,17 @@ static void fm_par_batch_release(struct fm_par *par, struct fm_par_batch *pb)
 	fm_par_batch_free(pb);
 }
 
+/* Unpin what was filled in part @g and never consumed. */
+static void fm_par_seg_release(struct fm_par *par, struct fm_par_seg *g)
+{
+	struct fm_par_batch *pb, *next;
+
+	list_for_each_entry_safe(pb, next, &g->batches, node) {
+		list_del(&pb->node);
+		fm_par_batch_release(par, pb);
+	}
+}
+
 /*
  * Fill part @g of chunk @c ahead of the caller, as @who through pinner @f,
  * batch by batch, for as long as @who is its filler and it has pages left:
@@ -248,7 +259,6 @@ static unsigned long fm_par_fill_ahead(struct fm_par *par, struct fm_pinner *f,
 		long n;
 
 		spin_lock(&par->lock);
-		g->inflight = 0;
 		if (g->filler != who || !g->left)
 			goto out_unlock;
 		if (par->abort || g->vaddr >= par->stop_at || fatal_signal_pending(current))
@@ -775,16 +785,9 @@ void fm_par_stop(struct fm_pinner *p, bool mapped)
 	/* Claimed chunks are all still now; the first may be partly consumed. */
 	for (i = par->consumed; i < par->claimed; i++) {
 		struct fm_par_chunk *c = fm_par_chunk(par, i);
-		struct fm_par_batch *pb, *next;
 
-		list_for_each_entry_safe(pb, next, &c->front.batches, node) {
-			list_del(&pb->node);
-			fm_par_batch_release(par, pb);
-		}
-		list_for_each_entry_safe(pb, next, &c->back.batches, node) {
-			list_del(&pb->node);
-			fm_par_batch_release(par, pb);
-		}
+		fm_par_seg_release(par, &c->front);
+		fm_par_seg_release(par, &c->back);
 	}
 
 	/* What the batches did not take of the charge made ahead. */

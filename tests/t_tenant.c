@@ -636,6 +636,26 @@ static void tn_expect_seen(struct th *t, const struct tn_watch *w, const struct 
 	}
 }
 
+/*
+ * Map @m (set up by the caller) in container @c while @w watches, check the
+ * map, its helpers and the counters, unmap. Returns why no helper was
+ * expected (the test SKIPs with it after its own checks of @m and @w), or
+ * NULL.
+ */
+static const char *tn_map_watched(struct th *t, int c, struct tn_map *m, struct tn_watch *w)
+{
+	long long maps0 = tn_maps0(t);
+	const char *why = tn_no_helpers();
+
+	ASSERT_EQ(tn_map_run(t, m, w), 0);
+	EXPECT_ACCT(TN_PAGES);
+	tn_expect_parallel(t, maps0);
+	tn_expect_seen(t, w, m, why);
+	UNMAP_OK(c, TN_IOVA, TN_SIZE);
+	EXPECT_ACCT(0);
+	return why;
+}
+
 /* ------------------------------------------------------------------ */
 /* tests */
 
@@ -841,10 +861,9 @@ TENANT_TEST(tenant_helper_affinity_is_callers)
 {
 	int c = th_container_type(t, VFIO_TYPE1v2_IOMMU, 1);
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	long long maps0 = tn_maps0(t);
-	const char *why = tn_no_helpers();
 	struct tn_watch w = { .cg = cg };
 	struct tn_map m;
+	const char *why;
 	cpu_set_t one;
 
 	CPU_ZERO(&one);
@@ -852,18 +871,13 @@ TENANT_TEST(tenant_helper_affinity_is_callers)
 	ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
 	tn_map_init(&m, c, tn_mem(t, TN_SIZE), TN_SIZE);
 	m.cpu = TN_ALL_CPUS;
-	ASSERT_EQ(tn_map_run(t, &m, &w), 0);
-	EXPECT_ACCT(TN_PAGES);
-	tn_expect_parallel(t, maps0);
-	tn_expect_seen(t, &w, &m, why);
+	why = tn_map_watched(t, c, &m, &w);
 	if (ncpu >= 2) {
 		char want[32];
 
 		snprintf(want, sizeof(want), "0-%d", (int)ncpu - 1);
 		EXPECT_EQ(strcmp(m.cpus, want), 0);
 	}
-	UNMAP_OK(c, TN_IOVA, TN_SIZE);
-	EXPECT_ACCT(0);
 	if (why)
 		SKIP("%s (the map was checked)", why);
 }
@@ -872,23 +886,17 @@ TENANT_TEST(tenant_helper_affinity_is_callers)
 TENANT_TEST(tenant_sched_idle_helpers)
 {
 	int c = th_container_type(t, VFIO_TYPE1v2_IOMMU, 1);
-	long long maps0 = tn_maps0(t);
-	const char *why = tn_no_helpers();
 	struct tn_watch w = { .cg = cg };
 	struct tn_map m;
+	const char *why;
 	int i;
 
 	tn_map_init(&m, c, tn_mem(t, TN_SIZE), TN_SIZE);
 	m.sched_policy = SCHED_IDLE;
-	ASSERT_EQ(tn_map_run(t, &m, &w), 0);
-	EXPECT_ACCT(TN_PAGES);
-	tn_expect_parallel(t, maps0);
+	why = tn_map_watched(t, c, &m, &w);
 	EXPECT_EQ(m.policy, SCHED_IDLE);
-	tn_expect_seen(t, &w, &m, why);
 	for (i = 0; i < w.n; i++)
 		EXPECT_EQ(w.seen[i].policy, SCHED_IDLE);
-	UNMAP_OK(c, TN_IOVA, TN_SIZE);
-	EXPECT_ACCT(0);
 	if (why)
 		SKIP("%s (the map was checked)", why);
 }
@@ -897,25 +905,19 @@ TENANT_TEST(tenant_sched_idle_helpers)
 TENANT_TEST(tenant_nice_helpers)
 {
 	int c = th_container_type(t, VFIO_TYPE1v2_IOMMU, 1);
-	long long maps0 = tn_maps0(t);
-	const char *why = tn_no_helpers();
 	struct tn_watch w = { .cg = cg };
 	struct tn_map m;
+	const char *why;
 	int i;
 
 	tn_map_init(&m, c, tn_mem(t, TN_SIZE), TN_SIZE);
 	m.set_nice = true;
 	m.nice = 10;
-	ASSERT_EQ(tn_map_run(t, &m, &w), 0);
-	EXPECT_ACCT(TN_PAGES);
-	tn_expect_parallel(t, maps0);
+	why = tn_map_watched(t, c, &m, &w);
 	EXPECT_EQ(m.policy, SCHED_OTHER);
 	EXPECT_EQ(m.nice_now, 10);
-	tn_expect_seen(t, &w, &m, why);
 	for (i = 0; i < w.n; i++)
 		EXPECT_EQ(w.seen[i].nice, 10);
-	UNMAP_OK(c, TN_IOVA, TN_SIZE);
-	EXPECT_ACCT(0);
 	if (why)
 		SKIP("%s (the map was checked)", why);
 }
