@@ -287,9 +287,15 @@ static long fm_batch_fill_locked(struct fm_batch *b, struct mm_struct *mm,
 	long ret;
 
 	fm_batch_reset(b);
+	npage = min(npage, b->capacity);
+	if (npage > 1 && fm_inject(FM_INJECT_GUP_SHORT))
+		npage /= 2;
 
-	ret = fm_compat_pin_user_pages_remote(mm, vaddr, min(npage, b->capacity),
-					      fm_gup_flags(prot), b->pages);
+	if (fm_inject(FM_INJECT_GUP))
+		ret = -ENOMEM;
+	else
+		ret = fm_compat_pin_user_pages_remote(mm, vaddr, npage, fm_gup_flags(prot),
+						      b->pages);
 	if (ret > 0) {
 		fm_batch_pages_to_runs(b, ret);
 		return ret;
@@ -533,8 +539,11 @@ int fm_pin_one(struct fm_dma *dma, unsigned long vaddr, unsigned long *pfn)
 	long ret;
 
 	mmap_read_lock(dma->mm);
-	ret = fm_compat_pin_user_pages_remote(dma->mm, vaddr, 1, fm_gup_flags(dma->prot),
-					      &page);
+	if (fm_inject(FM_INJECT_GUP))
+		ret = -ENOMEM;
+	else
+		ret = fm_compat_pin_user_pages_remote(dma->mm, vaddr, 1,
+						      fm_gup_flags(dma->prot), &page);
 	if (ret == 1) {
 		mmap_read_unlock(dma->mm);
 		*pfn = page_to_pfn(page);

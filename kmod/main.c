@@ -15,6 +15,7 @@
 #include <linux/moduleparam.h>
 
 #include "foliomap.h"
+#include "inject.h"
 
 bool fm_allow_unsafe_interrupts;
 module_param_named(allow_unsafe_interrupts, fm_allow_unsafe_interrupts, bool, 0644);
@@ -65,19 +66,27 @@ static int __init fm_init(void)
 	int ret;
 
 	fm_debugfs_init();
+	ret = fm_inject_init();
+	if (ret)
+		goto out_debugfs;
 	ret = vfio_register_iommu_driver(&fm_driver_ops);
-	if (ret) {
-		fm_debugfs_exit();
-		return ret;
-	}
+	if (ret)
+		goto out_inject;
 
 	pr_info("serving new VFIO type1 containers; rmmod foliomap returns them to vfio_iommu_type1\n");
 	return 0;
+
+out_inject:
+	fm_inject_exit();
+out_debugfs:
+	fm_debugfs_exit();
+	return ret;
 }
 
 static void __exit fm_exit(void)
 {
 	vfio_unregister_iommu_driver(&fm_driver_ops);
+	fm_inject_exit();
 	fm_debugfs_exit();
 }
 

@@ -278,7 +278,10 @@ static unsigned long fm_par_fill_ahead(struct fm_par *par, struct fm_pinner *f,
 		fm_batch_init(&pb->batch, left);
 		f->batch = &pb->batch;
 		start = ktime_get_ns();
-		n = fm_pinner_fill(f, vaddr, left);
+		if (who != FM_PAR_CALLER && fm_inject(FM_INJECT_HELPER))
+			n = -ENOMEM;
+		else
+			n = fm_pinner_fill(f, vaddr, left);
 		f->batch = NULL;
 
 		spin_lock(&par->lock);

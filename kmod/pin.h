@@ -21,6 +21,7 @@
 #define _FOLIOMAP_PIN_H
 
 #include "foliomap.h"
+#include "inject.h"
 
 /*
  * Page pointers per GUP call (4 MiB of 4K pages, one call per 4 MiB even
@@ -153,6 +154,8 @@ int fm_batch_charge(struct fm_pinner *p);
 /* run.c: runs into the domains */
 int fm_batch_map(struct fm_pinner *p);
 int fm_run_map(struct fm_pinner *p);
+int fm_iommu_map(struct iommu_domain *domain, unsigned long iova, phys_addr_t phys,
+		 size_t len, int prot);
 void fm_batch_release(struct fm_pinner *p, unsigned long r, unsigned long off,
 		      bool charged);
 

@@ -29,9 +29,8 @@ static int fm_replay_copy(struct fm_domain *src, struct fm_domain *dst,
 
 		for (i = 0; i < dma->rec_nr; i++) {
 			size_t len = dma->rec[i].npage << PAGE_SHIFT;
-			int ret = fm_compat_iommu_map(dst->domain, dma->iova + off,
-						      PFN_PHYS(dma->rec[i].pfn), len, prot,
-						      GFP_KERNEL_ACCOUNT);
+			int ret = fm_iommu_map(dst->domain, dma->iova + off,
+					       PFN_PHYS(dma->rec[i].pfn), len, prot);
 
 			if (ret)
 				return ret;
@@ -61,8 +60,7 @@ static int fm_replay_copy(struct fm_domain *src, struct fm_domain *dst,
 				break;
 			len += PAGE_SIZE;
 		}
-		ret = fm_compat_iommu_map(dst->domain, dma->iova + off, phys, len,
-					  prot, GFP_KERNEL_ACCOUNT);
+		ret = fm_iommu_map(dst->domain, dma->iova + off, phys, len, prot);
 		if (ret)
 			return ret;
 		off += len;

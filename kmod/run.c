@@ -9,6 +9,15 @@
  */
 #include "pin.h"
 
+/* iommu_map() of what foliomap pinned or found; a test build may fail it. */
+int fm_iommu_map(struct iommu_domain *domain, unsigned long iova, phys_addr_t phys,
+		 size_t len, int prot)
+{
+	if (fm_inject(FM_INJECT_IOMMU_MAP))
+		return -ENOMEM;
+	return fm_compat_iommu_map(domain, iova, phys, len, prot, GFP_KERNEL_ACCOUNT);
+}
+
 /*
  * Map the open run into the target domain(s). On failure nothing of the
  * run is left in any domain (iommu_unmap() flushes) and the run stays open
@@ -26,12 +35,10 @@ int fm_run_map(struct fm_pinner *p)
 	if (ret)
 		return ret;
 	if (p->target) {
-		ret = fm_compat_iommu_map(p->target->domain, p->run_iova, phys, len,
-					  prot, GFP_KERNEL_ACCOUNT);
+		ret = fm_iommu_map(p->target->domain, p->run_iova, phys, len, prot);
 	} else {
 		list_for_each_entry(d, &p->iommu->domain_list, next) {
-			ret = fm_compat_iommu_map(d->domain, p->run_iova, phys, len,
-						  prot, GFP_KERNEL_ACCOUNT);
+			ret = fm_iommu_map(d->domain, p->run_iova, phys, len, prot);
 			if (ret)
 				break;
 		}

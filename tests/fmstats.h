@@ -17,7 +17,7 @@
 #define TRACEFS		"/sys/kernel/tracing"
 #define FM_DEBUGFS	DEBUGFS "/foliomap"
 
-static void th_mount(struct th *t, const char *type, const char *dir)
+static inline void th_mount(struct th *t, const char *type, const char *dir)
 {
 	char probe[256];
 
@@ -30,7 +30,7 @@ static void th_mount(struct th *t, const char *type, const char *dir)
 }
 
 /* The highest numbered container directory (the newest), 0 if none. */
-static int newest_container(struct th *t)
+static inline int newest_container(struct th *t)
 {
 	DIR *d = opendir(FM_DEBUGFS);
 	struct dirent *e;
@@ -46,7 +46,7 @@ static int newest_container(struct th *t)
 }
 
 /* One counter of container @id, -1 if missing. */
-static long long stat_of(int id, const char *name)
+static inline long long stat_of(int id, const char *name)
 {
 	char path[128], key[64];
 	long long v, ret = -1;

@@ -16,6 +16,16 @@
  * must; close_device releases whatever is left.  Counters are exported by
  * FM_EMU_STATS.
  *
+ * emu->lock guards the records and counters only; it is never held across
+ * vfio_pin_pages() or vfio_unpin_pages().  Those take the backend's own
+ * locks, and the backend calls dma_unmap with its device list locked:
+ * holding emu->lock around them would order it both before and after the
+ * backend's locks (stock type1 takes iommu->lock, then its
+ * device_list_lock, and the callback takes emu->lock), which lockdep
+ * rightly reports.  A record is therefore added just after its pages were
+ * pinned: an unmap callback that runs in between finds nothing to release,
+ * and the backend, which still sees the pins, calls it again.
+ *
  * unmap_delay_ms (module parameter, 0644): when non-zero, the next dma_unmap
  * callback of a device that holds pins counts itself in unmap_calls, then
  * sleeps that long before it unpins, and resets the parameter to 0 (one
@@ -67,14 +77,42 @@ static struct fm_emu_dev *to_emu(struct vfio_device *vdev)
 	return container_of(vdev, struct fm_emu_dev, vdev);
 }
 
-/* Drop one record's pins; lock held. */
-static void fm_emu_release_rec(struct fm_emu_dev *emu, struct fm_emu_rec *rec)
+/* Take one record off the device onto @list; emu->lock held. */
+static void fm_emu_take_rec(struct fm_emu_dev *emu, struct fm_emu_rec *rec,
+			    struct list_head *list)
 {
-	vfio_unpin_pages(&emu->vdev, rec->iova, rec->npage);
 	emu->stats.pinned_pages -= rec->npage;
 	emu->stats.records--;
-	list_del(&rec->list);
-	kfree(rec);
+	list_move_tail(&rec->list, list);
+}
+
+/* Unpin and free the records taken; emu->lock not held. */
+static void fm_emu_put_recs(struct fm_emu_dev *emu, struct list_head *list)
+{
+	struct fm_emu_rec *rec, *next;
+
+	list_for_each_entry_safe(rec, next, list, list) {
+		vfio_unpin_pages(&emu->vdev, rec->iova, rec->npage);
+		list_del(&rec->list);
+		kfree(rec);
+	}
+}
+
+/* Release @rec unless an unmap callback already did (it may be freed). */
+static void fm_emu_drop_rec(struct fm_emu_dev *emu, struct fm_emu_rec *rec)
+{
+	struct fm_emu_rec *r;
+	LIST_HEAD(drop);
+
+	mutex_lock(&emu->lock);
+	list_for_each_entry(r, &emu->records, list) {
+		if (r == rec) {
+			fm_emu_take_rec(emu, r, &drop);
+			break;
+		}
+	}
+	mutex_unlock(&emu->lock);
+	fm_emu_put_recs(emu, &drop);
 }
 
 static long fm_emu_pin(struct fm_emu_dev *emu, void __user *arg)
@@ -95,7 +133,6 @@ static long fm_emu_pin(struct fm_emu_dev *emu, void __user *arg)
 		goto out;
 	}
 
-	mutex_lock(&emu->lock);
 	ret = vfio_pin_pages(&emu->vdev, p.iova, p.npage, p.prot, pages);
 	p.ret = ret;
 	if (ret > 0) {
@@ -111,13 +148,21 @@ static long fm_emu_pin(struct fm_emu_dev *emu, void __user *arg)
 		}
 		rec->iova = p.iova;
 		rec->npage = ret;
+		mutex_lock(&emu->lock);
 		list_add_tail(&rec->list, &emu->records);
-		rec = NULL;
 		emu->stats.pinned_pages += ret;
 		emu->stats.records++;
+		mutex_unlock(&emu->lock);
 	}
-	mutex_unlock(&emu->lock);
-	ret = copy_to_user(arg, &p, sizeof(p)) ? -EFAULT : 0;
+	ret = 0;
+	if (copy_to_user(arg, &p, sizeof(p))) {
+		/* Userspace cannot learn of these pins: give them back. */
+		if (p.ret > 0)
+			fm_emu_drop_rec(emu, rec);
+		ret = -EFAULT;
+	}
+	if (p.ret > 0)
+		rec = NULL;	/* the list's now, or already released */
 out:
 	kfree(rec);
 	kfree(pages);
@@ -128,6 +173,7 @@ static long fm_emu_unpin(struct fm_emu_dev *emu, void __user *arg)
 {
 	struct fm_emu_unpin u;
 	struct fm_emu_rec *rec;
+	LIST_HEAD(drop);
 	long ret = -ENOENT;
 
 	if (copy_from_user(&u, arg, sizeof(u)))
@@ -135,12 +181,13 @@ static long fm_emu_unpin(struct fm_emu_dev *emu, void __user *arg)
 	mutex_lock(&emu->lock);
 	list_for_each_entry(rec, &emu->records, list) {
 		if (rec->iova == u.iova && rec->npage == u.npage) {
-			fm_emu_release_rec(emu, rec);
+			fm_emu_take_rec(emu, rec, &drop);
 			ret = 0;
 			break;
 		}
 	}
 	mutex_unlock(&emu->lock);
+	fm_emu_put_recs(emu, &drop);
 	return ret;
 }
 
@@ -233,6 +280,7 @@ static void fm_emu_dma_unmap(struct vfio_device *vdev, u64 iova, u64 length)
 	struct fm_emu_rec *rec, *next;
 	u64 last = iova + length - 1;
 	unsigned int delay = 0;
+	LIST_HEAD(drop);
 
 	mutex_lock(&emu->lock);
 	emu->stats.unmap_calls++;
@@ -253,9 +301,10 @@ static void fm_emu_dma_unmap(struct vfio_device *vdev, u64 iova, u64 length)
 		if (rec->iova > last || rlast < iova)
 			continue;
 		emu->stats.unmap_unpinned += rec->npage;
-		fm_emu_release_rec(emu, rec);
+		fm_emu_take_rec(emu, rec, &drop);
 	}
 	mutex_unlock(&emu->lock);
+	fm_emu_put_recs(emu, &drop);
 }
 
 static int fm_emu_open_device(struct vfio_device *vdev)
@@ -272,13 +321,15 @@ static void fm_emu_close_device(struct vfio_device *vdev)
 {
 	struct fm_emu_dev *emu = to_emu(vdev);
 	struct fm_emu_rec *rec, *next;
+	LIST_HEAD(drop);
 
 	mutex_lock(&emu->lock);
 	list_for_each_entry_safe(rec, next, &emu->records, list) {
 		emu->stats.close_unpinned += rec->npage;
-		fm_emu_release_rec(emu, rec);
+		fm_emu_take_rec(emu, rec, &drop);
 	}
 	mutex_unlock(&emu->lock);
+	fm_emu_put_recs(emu, &drop);
 }
 
 static int fm_emu_init_dev(struct vfio_device *vdev)
