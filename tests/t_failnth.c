@@ -228,6 +228,24 @@ static uint64_t view_shape(const char *v, long long *leaves)
 	return h;
 }
 
+struct op;
+
+/* The first and last leaves of a view that should not have changed. */
+static void view_diag(const struct op *op, unsigned int n, const char *v)
+{
+	const char *first = NULL, *last = NULL, *line;
+
+	for (line = v; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+		if (strncmp(line, "0x", 2))
+			continue;
+		if (!first)
+			first = line;
+		last = line;
+	}
+	if (first)
+		th_diag("n %u: leaves from %.15s to %.15s", n, first, last);
+}
+
 /* ------------------------------------------------------------------ */
 /* the operations */
 
@@ -708,6 +726,8 @@ static void run_body(struct th *t, const struct op *op, unsigned int n, bool hel
 			     b.avail != a.avail || b.emu_pinned != a.emu_pinned ||
 			     b.emu_records != a.emu_records ||
 			     (a.view && strcmp(a.view, b.view));
+		if (r->changed && b.view && !op->copyout)
+			view_diag(op, n, b.view);
 	} else if (op->check) {
 		op->check(t, &x);
 	}
