@@ -32,8 +32,11 @@ static int fm_replay_copy(struct fm_domain *src, struct fm_domain *dst,
 			int ret = fm_iommu_map(dst->domain, dma->iova + off,
 					       PFN_PHYS(dma->rec[i].pfn), len, prot);
 
-			if (ret)
+			if (ret) {
+				/* A failed map may leave part of it (run.c). */
+				iommu_unmap(dst->domain, dma->iova + off, len);
 				return ret;
+			}
 			off += len;
 			*done = off;
 			cond_resched();
@@ -61,8 +64,10 @@ static int fm_replay_copy(struct fm_domain *src, struct fm_domain *dst,
 			len += PAGE_SIZE;
 		}
 		ret = fm_iommu_map(dst->domain, dma->iova + off, phys, len, prot);
-		if (ret)
+		if (ret) {
+			iommu_unmap(dst->domain, dma->iova + off, len);
 			return ret;
+		}
 		off += len;
 		*done = off;
 		phys = next;

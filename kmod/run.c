@@ -21,7 +21,11 @@ int fm_iommu_map(struct iommu_domain *domain, unsigned long iova, phys_addr_t ph
 /*
  * Map the open run into the target domain(s). On failure nothing of the
  * run is left in any domain (iommu_unmap() flushes) and the run stays open
- * for the caller to release.
+ * for the caller to release. That includes the domain whose map failed:
+ * iommu_map() undoes only the page sizes it finished, and intel-iommu's
+ * map leaves the PTEs it wrote before a page-table allocation failed (a
+ * run across a 2 MiB boundary keeps its first part). They hold no pin once
+ * the run is released: a device could reach freed pages through them.
  */
 int fm_run_map(struct fm_pinner *p)
 {
@@ -36,15 +40,19 @@ int fm_run_map(struct fm_pinner *p)
 		return ret;
 	if (p->target) {
 		ret = fm_iommu_map(p->target->domain, p->run_iova, phys, len, prot);
+		if (ret)
+			iommu_unmap(p->target->domain, p->run_iova, len);
 	} else {
 		list_for_each_entry(d, &p->iommu->domain_list, next) {
 			ret = fm_iommu_map(d->domain, p->run_iova, phys, len, prot);
 			if (ret)
 				break;
 		}
-		if (ret)
+		if (ret) {
+			iommu_unmap(d->domain, p->run_iova, len);
 			list_for_each_entry_continue_reverse(d, &p->iommu->domain_list, next)
 				iommu_unmap(d->domain, p->run_iova, len);
+		}
 	}
 	if (ret)
 		return ret;
