@@ -284,17 +284,17 @@ static long fm_batch_fill_not_gup(struct fm_batch *b, struct mm_struct *mm,
 static long fm_batch_fill_locked(struct fm_batch *b, struct mm_struct *mm,
 				 unsigned long vaddr, unsigned long npage, int prot)
 {
+	unsigned long nr = min(npage, b->capacity);
 	long ret;
 
 	fm_batch_reset(b);
-	npage = min(npage, b->capacity);
-	if (npage > 1 && fm_inject(FM_INJECT_GUP_SHORT))
-		npage /= 2;
+	if (nr > 1 && fm_inject(FM_INJECT_GUP_SHORT))
+		nr /= 2;
 
 	if (fm_inject(FM_INJECT_GUP))
 		ret = -ENOMEM;
 	else
-		ret = fm_compat_pin_user_pages_remote(mm, vaddr, npage, fm_gup_flags(prot),
+		ret = fm_compat_pin_user_pages_remote(mm, vaddr, nr, fm_gup_flags(prot),
 						      b->pages);
 	if (ret > 0) {
 		fm_batch_pages_to_runs(b, ret);
