@@ -322,6 +322,30 @@ static inline long long th_dma_avail(int c)
 	return cap ? (long long)cap->avail : -ENOENT;
 }
 
+/* VFIO_IOMMU_DIRTY_PAGES with @flags alone (START, STOP): 0 or -errno. */
+static inline int th_dirty(int c, uint32_t flags)
+{
+	struct vfio_iommu_type1_dirty_bitmap d = { .argsz = sizeof(d), .flags = flags };
+
+	return ioctl(c, VFIO_IOMMU_DIRTY_PAGES, &d) < 0 ? -errno : 0;
+}
+
+/* GET_BITMAP of [@iova, @iova + @size) in @pgsize pages into @bytes at @data. */
+static inline int th_get_bitmap(int c, uint64_t iova, uint64_t size, uint64_t pgsize,
+				void *data, uint64_t bytes)
+{
+	struct {
+		struct vfio_iommu_type1_dirty_bitmap d;
+		struct vfio_iommu_type1_dirty_bitmap_get r;
+	} g = {
+		.d = { .argsz = sizeof(g), .flags = VFIO_IOMMU_DIRTY_PAGES_FLAG_GET_BITMAP },
+		.r = { .iova = iova, .size = size,
+		       .bitmap = { .pgsize = pgsize, .size = bytes, .data = data } },
+	};
+
+	return ioctl(c, VFIO_IOMMU_DIRTY_PAGES, &g) < 0 ? -errno : 0;
+}
+
 /* Module parameter of the active backend. */
 static inline void th_param_path(char *path, size_t len, const char *param)
 {

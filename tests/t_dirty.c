@@ -9,29 +9,10 @@
 
 #define P	SZ_4K
 
-static int dirty(int c, uint32_t flags)
-{
-	struct vfio_iommu_type1_dirty_bitmap d = { .argsz = sizeof(d), .flags = flags };
-
-	return ioctl(c, VFIO_IOMMU_DIRTY_PAGES, &d) < 0 ? -errno : 0;
-}
-
 struct get_req {
 	struct vfio_iommu_type1_dirty_bitmap d;
 	struct vfio_iommu_type1_dirty_bitmap_get r;
 };
-
-static int get_bitmap(int c, uint64_t iova, uint64_t size, uint64_t pgsize,
-		      void *data, uint64_t bytes)
-{
-	struct get_req g = {
-		.d = { .argsz = sizeof(g), .flags = VFIO_IOMMU_DIRTY_PAGES_FLAG_GET_BITMAP },
-		.r = { .iova = iova, .size = size,
-		       .bitmap = { .pgsize = pgsize, .size = bytes, .data = data } },
-	};
-
-	return ioctl(c, VFIO_IOMMU_DIRTY_PAGES, &g) < 0 ? -errno : 0;
-}
 
 struct unmap_req {
 	struct vfio_iommu_type1_dma_unmap u;
@@ -69,9 +50,9 @@ TEST(dirty_v1_refused)
 	int c = th_container_type(t, VFIO_TYPE1_IOMMU, 1);
 	__u64 bm = 0;
 
-	EXPECT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), -EACCES);
-	EXPECT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), -EACCES);
-	EXPECT_EQ(get_bitmap(c, IOVA_A, P, P, &bm, 8), -EACCES);
+	EXPECT_EQ(th_dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), -EACCES);
+	EXPECT_EQ(th_dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), -EACCES);
+	EXPECT_EQ(th_get_bitmap(c, IOVA_A, P, P, &bm, 8), -EACCES);
 }
 
 TEST(dirty_start_stop_flags)
@@ -83,18 +64,18 @@ TEST(dirty_start_stop_flags)
 	};
 
 	EXPECT_EQ(ioctl(c, VFIO_IOMMU_DIRTY_PAGES, &d) < 0 ? -errno : 0, -EINVAL);
-	EXPECT_EQ(dirty(c, 0), -EINVAL);
-	EXPECT_EQ(dirty(c, 1 << 3), -EINVAL);
-	EXPECT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START |
+	EXPECT_EQ(th_dirty(c, 0), -EINVAL);
+	EXPECT_EQ(th_dirty(c, 1 << 3), -EINVAL);
+	EXPECT_EQ(th_dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START |
 			VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), -EINVAL);
-	EXPECT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START |
+	EXPECT_EQ(th_dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START |
 			VFIO_IOMMU_DIRTY_PAGES_FLAG_GET_BITMAP), -EINVAL);
 	/* STOP without START, START twice, STOP twice: all fine */
-	EXPECT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), 0);
-	EXPECT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
-	EXPECT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
-	EXPECT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), 0);
-	EXPECT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), 0);
+	EXPECT_EQ(th_dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), 0);
+	EXPECT_EQ(th_dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
+	EXPECT_EQ(th_dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
+	EXPECT_EQ(th_dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), 0);
+	EXPECT_EQ(th_dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), 0);
 	EXPECT_EQ(th_pins(t), 8);
 }
 
@@ -104,9 +85,9 @@ TEST(dirty_get_bitmap_all_dirty)
 	char *p = th_anon(t, 2 * P);
 	__u64 bm[2];
 
-	ASSERT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
+	ASSERT_EQ(th_dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
 	memset(bm, 0, sizeof(bm));
-	ASSERT_EQ(get_bitmap(c, IOVA_A, 12 * P, P, bm, 8), 0);
+	ASSERT_EQ(th_get_bitmap(c, IOVA_A, 12 * P, P, bm, 8), 0);
 	EXPECT_EQ(bm[0], 0xf0fULL);
 	/*
 	 * Reading does not clear: vfio-pci pages stay dirty.  Only the bits
@@ -114,22 +95,22 @@ TEST(dirty_get_bitmap_all_dirty)
 	 * shifted per-mapping bitmap beyond the range on later reads.
 	 */
 	memset(bm, 0, sizeof(bm));
-	ASSERT_EQ(get_bitmap(c, IOVA_A, 12 * P, P, bm, 8), 0);
+	ASSERT_EQ(th_get_bitmap(c, IOVA_A, 12 * P, P, bm, 8), 0);
 	EXPECT_EQ(bm[0] & 0xfff, 0xf0fULL);
 	/* a single mapping, a sub-range ending in a hole */
 	memset(bm, 0, sizeof(bm));
-	ASSERT_EQ(get_bitmap(c, IOVA_A + 8 * P, 4 * P, P, bm, 8), 0);
+	ASSERT_EQ(th_get_bitmap(c, IOVA_A + 8 * P, 4 * P, P, bm, 8), 0);
 	EXPECT_EQ(bm[0] & 0xf, 0xfULL);
 	memset(bm, 0, sizeof(bm));
-	ASSERT_EQ(get_bitmap(c, IOVA_A, 6 * P, P, bm, 8), 0);
+	ASSERT_EQ(th_get_bitmap(c, IOVA_A, 6 * P, P, bm, 8), 0);
 	EXPECT_EQ(bm[0] & 0x3f, 0xfULL);
 	/* a mapping made while tracking is dirty too */
 	MAP_OK(c, IOVA_A + 4 * P, p, 2 * P);
 	memset(bm, 0, sizeof(bm));
-	ASSERT_EQ(get_bitmap(c, IOVA_A, 12 * P, P, bm, 8), 0);
+	ASSERT_EQ(th_get_bitmap(c, IOVA_A, 12 * P, P, bm, 8), 0);
 	EXPECT_EQ(bm[0] & 0xfff, 0xf3fULL);
-	EXPECT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), 0);
-	EXPECT_EQ(get_bitmap(c, IOVA_A, 12 * P, P, bm, 8), -EINVAL);
+	EXPECT_EQ(th_dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), 0);
+	EXPECT_EQ(th_get_bitmap(c, IOVA_A, 12 * P, P, bm, 8), -EINVAL);
 	UNMAP_RANGE(c, IOVA_A, 12 * P, 10 * P);
 }
 
@@ -142,28 +123,28 @@ TEST(dirty_get_bitmap_args)
 	};
 
 	/* not tracking */
-	EXPECT_EQ(get_bitmap(c, IOVA_A, 4 * P, P, bm, 8), -EINVAL);
-	ASSERT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
+	EXPECT_EQ(th_get_bitmap(c, IOVA_A, 4 * P, P, bm, 8), -EINVAL);
+	ASSERT_EQ(th_dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
 	/* no room for the range */
 	EXPECT_EQ(ioctl(c, VFIO_IOMMU_DIRTY_PAGES, &g) < 0 ? -errno : 0, -EINVAL);
 	/* page size other than the smallest IOMMU page */
-	EXPECT_EQ(get_bitmap(c, IOVA_A, 4 * P, SZ_2M, bm, 8), -EINVAL);
-	EXPECT_EQ(get_bitmap(c, IOVA_A, 4 * P, 2 * P, bm, 8), -EINVAL);
+	EXPECT_EQ(th_get_bitmap(c, IOVA_A, 4 * P, SZ_2M, bm, 8), -EINVAL);
+	EXPECT_EQ(th_get_bitmap(c, IOVA_A, 4 * P, 2 * P, bm, 8), -EINVAL);
 	/* unaligned iova, zero or unaligned size */
-	EXPECT_EQ(get_bitmap(c, IOVA_A + 0x800, 4 * P, P, bm, 8), -EINVAL);
-	EXPECT_EQ(get_bitmap(c, IOVA_A, 0, P, bm, 8), -EINVAL);
-	EXPECT_EQ(get_bitmap(c, IOVA_A, 4 * P + 0x800, P, bm, 8), -EINVAL);
+	EXPECT_EQ(th_get_bitmap(c, IOVA_A + 0x800, 4 * P, P, bm, 8), -EINVAL);
+	EXPECT_EQ(th_get_bitmap(c, IOVA_A, 0, P, bm, 8), -EINVAL);
+	EXPECT_EQ(th_get_bitmap(c, IOVA_A, 4 * P + 0x800, P, bm, 8), -EINVAL);
 	/* bitmap smaller than the range needs, or empty */
-	EXPECT_EQ(get_bitmap(c, IOVA_A, 65 * P, P, bm, 8), -EINVAL);
-	EXPECT_EQ(get_bitmap(c, IOVA_A, 4 * P, P, bm, 0), -EINVAL);
+	EXPECT_EQ(th_get_bitmap(c, IOVA_A, 65 * P, P, bm, 8), -EINVAL);
+	EXPECT_EQ(th_get_bitmap(c, IOVA_A, 4 * P, P, bm, 0), -EINVAL);
 	/* ranges that bisect a mapping */
-	EXPECT_EQ(get_bitmap(c, IOVA_A + P, 3 * P, P, bm, 8), -EINVAL);
-	EXPECT_EQ(get_bitmap(c, IOVA_A, 2 * P, P, bm, 8), -EINVAL);
-	EXPECT_EQ(get_bitmap(c, IOVA_A, 10 * P, P, bm, 8), -EINVAL);
+	EXPECT_EQ(th_get_bitmap(c, IOVA_A + P, 3 * P, P, bm, 8), -EINVAL);
+	EXPECT_EQ(th_get_bitmap(c, IOVA_A, 2 * P, P, bm, 8), -EINVAL);
+	EXPECT_EQ(th_get_bitmap(c, IOVA_A, 10 * P, P, bm, 8), -EINVAL);
 	/* wrap-around */
-	EXPECT_EQ(get_bitmap(c, 0xfffffffffffff000ULL, 2 * P, P, bm, 8), wrap_errno());
+	EXPECT_EQ(th_get_bitmap(c, 0xfffffffffffff000ULL, 2 * P, P, bm, 8), wrap_errno());
 	/* unwritable bitmap */
-	EXPECT_EQ(get_bitmap(c, IOVA_A, 4 * P, P, (void *)8, 8), -EFAULT);
+	EXPECT_EQ(th_get_bitmap(c, IOVA_A, 4 * P, P, (void *)8, 8), -EFAULT);
 	EXPECT_EQ(bm[0], 0);
 	EXPECT_EQ(th_pins(t), 8);
 }
@@ -176,7 +157,7 @@ TEST(dirty_unmap_get_bitmap)
 
 	/* not tracking */
 	EXPECT_EQ(unmap_bitmap(c, IOVA_A, 4 * P, P, &bm, 8, &done), -EINVAL);
-	ASSERT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
+	ASSERT_EQ(th_dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
 	/* bad bitmap page size, too small, argsz without the bitmap */
 	EXPECT_EQ(unmap_bitmap(c, IOVA_A, 4 * P, SZ_2M, &bm, 8, &done), -EINVAL);
 	EXPECT_EQ(unmap_bitmap(c, IOVA_A, 4 * P, P, &bm, 0, &done), -EINVAL);
@@ -202,7 +183,7 @@ TEST(dirty_unmap_get_bitmap)
 	EXPECT_EQ(done, 4 * P);
 	EXPECT_EQ(bm & 0xfff, 0xf00ULL);
 	EXPECT_PINS_VMLCK(0, 0);
-	EXPECT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), 0);
+	EXPECT_EQ(th_dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), 0);
 }
 
 /* 64M of THP: a bitmap of 16384 bits, all set, then unmap with bitmap. */
@@ -215,9 +196,9 @@ TEST(dirty_large_mapping)
 	uint64_t done;
 
 	MAP_OK(c, IOVA_B, p, size);
-	ASSERT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
+	ASSERT_EQ(th_dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
 	memset(bm, 0, npages / 8);
-	ASSERT_EQ(get_bitmap(c, IOVA_B, size, P, bm, npages / 8), 0);
+	ASSERT_EQ(th_get_bitmap(c, IOVA_B, size, P, bm, npages / 8), 0);
 	for (i = 0; i < npages / 64; i++)
 		if (bm[i] != ~0ULL)
 			break;
@@ -259,9 +240,9 @@ TEST(dirty_large_mapping_mid_word)
 	uint64_t done;
 
 	MAP_OK(c, IOVA_B + off * P, p, size);
-	ASSERT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
+	ASSERT_EQ(th_dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
 	memset(bm, 0, bytes);
-	ASSERT_EQ(get_bitmap(c, IOVA_B, nbits * P, P, bm, bytes), 0);
+	ASSERT_EQ(th_get_bitmap(c, IOVA_B, nbits * P, P, bm, bytes), 0);
 	EXPECT_EQ(bits_off(bm, nbits, off, nbits), 0);
 	memset(bm, 0, bytes);
 	ASSERT_EQ(unmap_bitmap(c, IOVA_B, nbits * P, P, bm, bytes, &done), 0);

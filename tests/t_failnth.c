@@ -595,13 +595,6 @@ static void check_rw_read(struct th *t, struct fx *x)
 	EXPECT_EQ(memcmp(x->buf, x->p + 3 * SZ_4K - 100, 2 * SZ_4K), 0);
 }
 
-static long do_dirty(struct fx *x, uint32_t flags)
-{
-	struct vfio_iommu_type1_dirty_bitmap d = { .argsz = sizeof(d), .flags = flags };
-
-	return ioctl(x->c, VFIO_IOMMU_DIRTY_PAGES, &d) ? -errno : 0;
-}
-
 static void setup_dirty(struct th *t, struct fx *x)
 {
 	setup_mapped_v2(t, x);
@@ -613,34 +606,24 @@ static void setup_dirty(struct th *t, struct fx *x)
 static void setup_dirty_on(struct th *t, struct fx *x)
 {
 	setup_dirty(t, x);
-	ASSERT_EQ(do_dirty(x, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
+	ASSERT_EQ(th_dirty(x->c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
 }
 
 static long do_dirty_start(struct fx *x)
 {
-	return do_dirty(x, VFIO_IOMMU_DIRTY_PAGES_FLAG_START);
+	return th_dirty(x->c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START);
 }
 
 static long do_dirty_stop(struct fx *x)
 {
-	return do_dirty(x, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP);
+	return th_dirty(x->c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP);
 }
 
 /* The bitmap of the 4 MiB THP mapping (every page dirty: pinned). */
 static long do_dirty_get(struct fx *x)
 {
-	struct {
-		struct vfio_iommu_type1_dirty_bitmap d;
-		struct vfio_iommu_type1_dirty_bitmap_get r;
-	} g = {
-		.d = { .argsz = sizeof(g), .flags = VFIO_IOMMU_DIRTY_PAGES_FLAG_GET_BITMAP },
-		.r = { .iova = IOVA_B, .size = M4,
-		       .bitmap = { .pgsize = SZ_4K, .size = M4 / SZ_4K / 8,
-				   .data = (void *)x->buf } },
-	};
-
 	memset(x->buf, 0, SZ_4K);
-	return ioctl(x->c, VFIO_IOMMU_DIRTY_PAGES, &g) ? -errno : 0;
+	return th_get_bitmap(x->c, IOVA_B, M4, SZ_4K, x->buf, M4 / SZ_4K / 8);
 }
 
 static void check_dirty_get(struct th *t, struct fx *x)

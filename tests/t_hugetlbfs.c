@@ -582,27 +582,6 @@ TEST_V12(memfd2m_span_from_anon)
 /* ------------------------------------------------------------------ */
 /* dirty tracking */
 
-static int dirty(int c, uint32_t flags)
-{
-	struct vfio_iommu_type1_dirty_bitmap d = { .argsz = sizeof(d), .flags = flags };
-
-	return ioctl(c, VFIO_IOMMU_DIRTY_PAGES, &d) < 0 ? -errno : 0;
-}
-
-static int get_bitmap(int c, uint64_t iova, uint64_t size, void *data, uint64_t bytes)
-{
-	struct {
-		struct vfio_iommu_type1_dirty_bitmap d;
-		struct vfio_iommu_type1_dirty_bitmap_get r;
-	} g = {
-		.d = { .argsz = sizeof(g), .flags = VFIO_IOMMU_DIRTY_PAGES_FLAG_GET_BITMAP },
-		.r = { .iova = iova, .size = size,
-		       .bitmap = { .pgsize = SZ_4K, .size = bytes, .data = data } },
-	};
-
-	return ioctl(c, VFIO_IOMMU_DIRTY_PAGES, &g) < 0 ? -errno : 0;
-}
-
 static int unmap_bitmap(int c, uint64_t iova, uint64_t size, void *data, uint64_t bytes,
 			uint64_t *done)
 {
@@ -640,15 +619,15 @@ TEST(memfd2m_dirty_tracking)
 	uint64_t done = 0;
 
 	MAP_OK(c, IOVA_B, p, size);
-	ASSERT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
+	ASSERT_EQ(th_dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_START), 0);
 	/* a mapping made while tracking */
 	MAP_OK(c, IOVA_A, q, SZ_2M);
 	EXPECT_PINS_VMLCK(exp_pins(9, npages + 512), (size + SZ_2M) >> 10);
 	memset(bm, 0, npages / 8);
-	ASSERT_EQ(get_bitmap(c, IOVA_B, size, bm, npages / 8), 0);
+	ASSERT_EQ(th_get_bitmap(c, IOVA_B, size, SZ_4K, bm, npages / 8), 0);
 	EXPECT_EQ(bits_set(bm, npages), npages);
 	memset(bm, 0, npages / 8);
-	ASSERT_EQ(get_bitmap(c, IOVA_A, SZ_2M, bm, 512 / 8), 0);
+	ASSERT_EQ(th_get_bitmap(c, IOVA_A, SZ_2M, SZ_4K, bm, 512 / 8), 0);
 	EXPECT_EQ(bits_set(bm, 512), 512);
 
 	memset(bm, 0, npages / 8);
@@ -661,7 +640,7 @@ TEST(memfd2m_dirty_tracking)
 	EXPECT_EQ(done, SZ_2M);
 	EXPECT_EQ(bits_set(bm, 512), 512);
 	EXPECT_PINS_VMLCK(0, 0);
-	EXPECT_EQ(dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), 0);
+	EXPECT_EQ(th_dirty(c, VFIO_IOMMU_DIRTY_PAGES_FLAG_STOP), 0);
 }
 
 /* ------------------------------------------------------------------ */
