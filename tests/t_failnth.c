@@ -795,6 +795,24 @@ static bool same_as_ref(struct th *t, const struct op *op, unsigned int n,
 	return false;
 }
 
+/*
+ * Tell the kernel log when this operation's injections start and end:
+ * vm/run accepts, between the two, the reports that an injected failure
+ * provokes in the kernel's own code (vm/README.md), and nothing else.
+ */
+static void kmsg_mark(const struct op *op, const char *state)
+{
+	char line[128];
+	int fd = open("/dev/kmsg", O_WRONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	snprintf(line, sizeof(line), "t_failnth: %s: fault injection %s\n", op->name, state);
+	if (write(fd, line, strlen(line)) < 0)
+		th_diag("cannot write to /dev/kmsg: %s", strerror(errno));
+	close(fd);
+}
+
 static void sweep(struct th *t, const struct op *op)
 {
 	long long before[4], errors = 0, absorbed = 0, copyouts = 0;
@@ -829,9 +847,11 @@ static void sweep(struct th *t, const struct op *op)
 
 	for (i = 0; i < 4; i++)
 		before[i] = inject_count(i, true);
+	kmsg_mark(op, "on");
 	for (n = 1; n <= MAX_POINTS; n++) {
 		r = run_once(t, op, n, op->helpers);
 		if (r.failed) {
+			kmsg_mark(op, "off");
 			th_diag("%s: the run with point %u failing went wrong (above)", op->name, n);
 			t->failed = true;
 			return;
@@ -864,6 +884,7 @@ static void sweep(struct th *t, const struct op *op)
 		else
 			t->failed = true;
 	}
+	kmsg_mark(op, "off");
 	if (n > MAX_POINTS)
 		FAIL("%s: still failing at point %u", op->name, MAX_POINTS);
 	/* The helper sweep means nothing if no helper ever ran a batch. */
