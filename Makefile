@@ -23,7 +23,10 @@
 #                   (MODES default: thp populate hugetlb2m memfd2m bar), then the
 #                   workload matrix (tools/matrix-bench; MATRIX=0 skips it,
 #                   ROWS="small churn" picks rows); prints "REGRESSION: <row>
-#                   <ratio>" for every ratio below 0.95 and then exits non-zero
+#                   <ratio>" for every ratio below 0.95 and then exits non-zero;
+#                   writes build/bench/ only (git status stays clean)
+# make bench-publish [RUN=build/bench/<run>.json]  a clean reference run of
+#                   bench, bench-scale or bench-vmm becomes bench/results/*latest.*
 # make bench-scale  map/unmap time against buffer size, both backends (bench/README.md)
 # make bench-vmm    a real VMM (QEMU + vfio-pci) start/stop time, both backends,
 #                   RAM preallocated and (the -lazy backings) faulted in by MAP_DMA
@@ -172,6 +175,11 @@ bench-scale: deps
 	$(MAKE) all
 	bench/scale --kernel $(KERNEL)
 
+# Copies a reference run from build/bench/ into bench/results/ (RUN=...;
+# default: the newest of make bench); make bench itself changes no file in git.
+bench-publish:
+	bench/publish $(RUN)
+
 bench-vmm: deps
 	$(MAKE) module
 	$(MAKE) -C tools
@@ -183,5 +191,5 @@ clean:
 	$(MAKE) -C tools clean
 	$(MAKE) -C tests clean
 
-.PHONY: all deps module tools check check-scale check-debug debug-kernel fuzz bench bench-scale bench-vmm clean \
+.PHONY: all deps module tools check check-scale check-debug debug-kernel fuzz bench bench-publish bench-scale bench-vmm clean \
 	install uninstall install-conf uninstall-conf dkms-install dkms-uninstall style deb

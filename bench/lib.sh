@@ -10,8 +10,10 @@
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$BENCH_DIR/.." && pwd -P)
 # Every run's results go to build/bench/[<name>-]<UTC>.json/.png (not in
-# git); bench/results/ keeps only the *latest.* files, which only a clean
-# run on the reference setup replaces (bench_reference), and NOTES.md.
+# git), and a run leaves the checkout as it was. bench/results/ keeps the
+# *latest.* files the READMEs quote, and NOTES.md; only bench/publish
+# (make bench-publish) replaces them, with a clean run on the reference
+# setup (bench_reference), which bench_mark_reference marks as such.
 RESULTS=$BENCH_DIR/results
 RUNS=$REPO/build/bench
 
@@ -41,6 +43,14 @@ bench_covers() {
 bench_reference() {
 	[ "$kernel" = 6.12 ] && [ "$deterministic" = 0 ] && [ -z "${FOLIOMAP_PIN_THREADS:-}" ] &&
 		bench_covers "${backends//,/ }" "stock foliomap" && bench_covers "$1" "$2"
+}
+
+# bench_mark_reference JSON NAME: the clean run JSON, on the reference
+# setup, may become bench/results/NAME.json (NAME.png, ...): JSON.ref says
+# so, and how.
+bench_mark_reference() {
+	echo "$2" > "$1.ref"
+	echo "$PROG: a reference run: make bench-publish RUN=${1#"$REPO"/} makes it bench/results/$2.json"
 }
 
 # bench_check_setup SIZES: validate options, resolve the kernel, check builds.
