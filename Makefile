@@ -16,7 +16,8 @@
 # make style        checkpatch.pl --strict over kmod/ and tests/emu (STRICT=0: default level)
 # make install / uninstall          plain module install for KVER (default: running)
 # make dkms-install / dkms-uninstall  DKMS install (rebuilt for each new kernel)
-# make deb          foliomap-dkms_<version>_all.deb (DKMS package, pkg/mkdeb)
+# make deb          the Debian source package (debian/, dpkg-buildpackage with debhelper
+#                   and dh-dkms; build/deb/) and foliomap-dkms_<version>_all.deb here
 # make fuzz [SEED=1] [STEPS=5000]  differential fuzzing: one stock guest runs the
 #                   seeded ioctl sequence on stock type1, then on foliomap (tests/t_fuzz.c)
 # make bench        the seed's table, stock and foliomap side by side in a guest
@@ -117,7 +118,8 @@ dkms-install:
 	dkms install -m foliomap -v $(DKMS_VERSION) -k $(IKVER)
 	$(MAKE) install-conf
 
-# Debian package: foliomap-dkms_<version>_all.deb here (pkg/mkdeb); then
+# Debian package: the source package of debian/ in build/deb/ and
+# foliomap-dkms_<version>_all.deb here (pkg/mkdeb); then
 # "apt install ./foliomap-dkms_<version>_all.deb", "apt remove foliomap-dkms".
 deb:
 	pkg/mkdeb $(CURDIR)

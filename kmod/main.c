@@ -96,7 +96,7 @@ module_exit(fm_exit);
 MODULE_LICENSE("GPL");
 MODULE_AUTHOR("foliomap developers");
 MODULE_DESCRIPTION("VFIO type1 IOMMU backend that pins, maps and unmaps whole folios");
-MODULE_VERSION("0.3.0");	/* = PACKAGE_VERSION in dkms.conf */
+MODULE_VERSION("0.4.0");	/* = PACKAGE_VERSION in dkms.conf */
 /*
  * No MODULE_SOFTDEP("pre: vfio_iommu_type1"), although stock must load
  * first: "modprobe -r foliomap" would then remove stock too when no
