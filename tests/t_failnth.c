@@ -643,6 +643,7 @@ struct run {
 	int skipped;
 	int injected;		/* the armed point was reached */
 	int changed;		/* rc < 0, and yet something changed */
+	int leaves_only;	/* ... only IOMMU leaves: nothing pinned or charged */
 	long rc;
 	long long pins, vmlck_kb, maps, emu_pins;	/* changes */
 	uint64_t shape;
@@ -709,6 +710,9 @@ static void run_body(struct th *t, const struct op *op, unsigned int n, bool hel
 			     b.avail != a.avail || b.emu_pinned != a.emu_pinned ||
 			     b.emu_records != a.emu_records ||
 			     (a.view && strcmp(a.view, b.view));
+		r->leaves_only = r->changed && b.pins == a.pins && b.vmlck_kb == a.vmlck_kb &&
+				 b.avail == a.avail && b.emu_pinned == a.emu_pinned &&
+				 b.emu_records == a.emu_records;
 		if (r->changed && b.view && !op->copyout)
 			view_diag(op, n, b.view);
 	} else if (op->check) {
@@ -815,7 +819,7 @@ static void kmsg_mark(const struct op *op, const char *state)
 
 static void sweep(struct th *t, const struct op *op)
 {
-	long long before[4], errors = 0, absorbed = 0, copyouts = 0;
+	long long before[4], errors = 0, absorbed = 0, copyouts = 0, stale = 0;
 	unsigned int n;
 	struct run ref, r;
 	int i;
@@ -873,6 +877,15 @@ static void sweep(struct th *t, const struct op *op)
 			if (op->copyout && r.rc == -EFAULT && same_as_ref(t, op, n, &r, &ref)) {
 				th_diag("    as a successful call's: the result's copy-out failed");
 				copyouts++;
+			} else if (r.leaves_only && op->maps > 0 && !is_foliomap()) {
+				/*
+				 * Stock's own flaw, the kernel's (tests/README.md): intel-iommu
+				 * keeps the PTEs a failed iommu_map() wrote, and stock type1
+				 * unwinds a failed run only in the other domains, so leaves of
+				 * pages it then unpins stay mapped. foliomap removes them.
+				 */
+				th_diag("    stock type1 left IOMMU leaves of a failed MAP_DMA, nothing pinned: the kernel's known flaw");
+				stale++;
 			} else {
 				same_as_ref(t, op, n, &r, &ref);
 				t->failed = true;
@@ -893,6 +906,9 @@ static void sweep(struct th *t, const struct op *op)
 	th_diag("%s: %u %s points reached; %lld calls failed cleanly, %lld absorbed the failure, %lld finished but could not copy their result out",
 		op->name, n - 1, op->helpers ? "helper-batch" : "fail-nth", errors, absorbed,
 		copyouts);
+	if (stale)
+		th_diag("%s: %lld failed calls left stale IOMMU leaves (stock type1, the kernel's)",
+			op->name, stale);
 	if (is_foliomap())
 		th_diag("%s: foliomap's own points failed: gup %lld, gup_short %lld, iommu_map %lld, helper %lld",
 			op->name, inject_count(0, true) - before[0], inject_count(1, true) - before[1],
