@@ -699,6 +699,10 @@ static void run_body(struct th *t, const struct op *op, unsigned int n, bool hel
 	r->emu_pins = b.emu_pinned - a.emu_pinned;
 	r->shape = b.view ? view_shape(b.view, &r->leaves) : 0;
 	if (rc < 0) {
+		bool counts_same = b.pins == a.pins && b.vmlck_kb == a.vmlck_kb &&
+				   b.avail == a.avail && b.emu_pinned == a.emu_pinned &&
+				   b.emu_records == a.emu_records;
+
 		if (rc != -ENOMEM && rc != -EFAULT)
 			th_diag("%s, n %u: %s (%ld)", op->name, n, th_errname(rc), rc);
 		EXPECT_TRUE(rc == -ENOMEM || rc == -EFAULT);
@@ -706,13 +710,8 @@ static void run_body(struct th *t, const struct op *op, unsigned int n, bool hel
 		 * Nothing changed, up to the last bit of the page table; the
 		 * parent judges a change (a failed copy-out, or a leak).
 		 */
-		r->changed = b.pins != a.pins || b.vmlck_kb != a.vmlck_kb ||
-			     b.avail != a.avail || b.emu_pinned != a.emu_pinned ||
-			     b.emu_records != a.emu_records ||
-			     (a.view && strcmp(a.view, b.view));
-		r->leaves_only = r->changed && b.pins == a.pins && b.vmlck_kb == a.vmlck_kb &&
-				 b.avail == a.avail && b.emu_pinned == a.emu_pinned &&
-				 b.emu_records == a.emu_records;
+		r->changed = !counts_same || (a.view && strcmp(a.view, b.view));
+		r->leaves_only = r->changed && counts_same;
 		if (r->changed && b.view && !op->copyout)
 			view_diag(op, n, b.view);
 	} else if (op->check) {
