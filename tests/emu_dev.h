@@ -21,23 +21,31 @@ static bool emu_inserted;
 /* ------------------------------------------------------------------ */
 /* module and device */
 
+/* tests/bin/fm_emu-<release>.ko, beside the running program. */
+static inline int emu_module_path(char *path, size_t len)
+{
+	char dir[PATH_MAX];
+	struct utsname u;
+	int ret = vu_exe_dir(dir, sizeof(dir), 0);
+
+	if (ret)
+		return ret;
+	if (uname(&u))
+		return -errno;
+	snprintf(path, len, "%s/fm_emu-%s.ko", dir, u.release);
+	return 0;
+}
+
 static inline int emu_module_load(void)
 {
-	char exe[PATH_MAX], path[PATH_MAX + 128], *slash;
-	struct utsname u;
-	ssize_t n;
+	char path[PATH_MAX + 128];
 	int ret;
 
 	if (access("/sys/module/fm_emu", F_OK) == 0)
 		return 0;
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n < 0 || uname(&u))
-		return -errno;
-	exe[n] = 0;
-	slash = strrchr(exe, '/');
-	if (slash)
-		*slash = 0;
-	snprintf(path, sizeof(path), "%s/fm_emu-%s.ko", exe, u.release);
+	ret = emu_module_path(path, sizeof(path));
+	if (ret)
+		return ret;
 	ret = vu_module_insert(path);
 	if (ret == -EEXIST)
 		ret = 0;

@@ -1103,25 +1103,14 @@ static int foliomap_remove(void)
 
 static void default_ko(char *buf, size_t len)
 {
-	char exe[PATH_MAX - 32], *s;
-	ssize_t n;
+	char repo[PATH_MAX - 32];
 
 	if (getenv("FOLIOMAP_KO")) {
 		snprintf(buf, len, "%s", getenv("FOLIOMAP_KO"));
 		return;
 	}
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	exe[n > 0 ? n : 0] = 0;
-	s = strrchr(exe, '/');		/* .../tests/bin/t_fuzz */
-	if (s)
-		*s = 0;
-	s = strrchr(exe, '/');
-	if (s)
-		*s = 0;
-	s = strrchr(exe, '/');
-	if (s)
-		*s = 0;
-	snprintf(buf, len, "%s/kmod/foliomap.ko", exe);
+	vu_exe_dir(repo, sizeof(repo), 2);	/* .../tests/bin/t_fuzz */
+	snprintf(buf, len, "%s/kmod/foliomap.ko", repo);
 }
 
 /*

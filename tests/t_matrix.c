@@ -13,35 +13,15 @@
  * or with FOLIOMAP_MATRIX=1; elsewhere the program plans no tests (1..0):
  * make bench runs the same rows on the production kernels.
  */
-#include <limits.h>
-#include <sys/utsname.h>
 #include <sys/wait.h>
 
 /* Per test; the debug kernel multiplies it (FOLIOMAP_TIMEOUT_FACTOR). */
 #define TH_TIMEOUT	900
 
 #include "common.h"
+#include "emu_dev.h"
 
 static char repo[PATH_MAX];
-
-/* tests/bin/t_matrix -> the repository, two levels up. */
-static int find_repo(void)
-{
-	ssize_t n = readlink("/proc/self/exe", repo, sizeof(repo) - 1);
-	int i;
-
-	if (n <= 0)
-		return -1;
-	repo[n] = '\0';
-	for (i = 0; i < 3; i++) {
-		char *slash = strrchr(repo, '/');
-
-		if (!slash)
-			return -1;
-		*slash = '\0';
-	}
-	return 0;
-}
 
 /*
  * Run matrix-bench over the rows starting with @prefix, one loop, no
@@ -53,15 +33,13 @@ static int run_rows(struct th *t, const char *prefix)
 {
 	char bench[PATH_MAX + 32], emu[PATH_MAX + 128], out[] = "/tmp/t_matrix.XXXXXX";
 	const char *backend = vu_backend_name();
-	struct utsname u;
 	char line[512];
 	int fd, status;
 	FILE *f;
 	pid_t pid;
 
-	ASSERT_EQ(uname(&u), 0);
+	ASSERT_EQ(emu_module_path(emu, sizeof(emu)), 0);
 	snprintf(bench, sizeof(bench), "%s/tools/matrix-bench", repo);
-	snprintf(emu, sizeof(emu), "%s/tests/bin/fm_emu-%s.ko", repo, u.release);
 	ASSERT_EQ(access(bench, X_OK), 0);
 	fd = mkstemp(out);
 	ASSERT_GE(fd, 0);
@@ -111,7 +89,8 @@ int main(int argc, char **argv)
 		       " injection; FOLIOMAP_MATRIX=1 runs it anyway)\n");
 		return 0;
 	}
-	if (find_repo()) {
+	/* tests/bin/t_matrix: the repository is two levels up. */
+	if (vu_exe_dir(repo, sizeof(repo), 2)) {
 		printf("TAP version 13\n1..1\nnot ok 1 t_matrix: cannot find the repository\n");
 		return 1;
 	}

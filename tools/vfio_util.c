@@ -532,6 +532,25 @@ double vu_median(const double *v, int n)
 	return isnan(med) ? 0 : med;
 }
 
+int vu_exe_dir(char *buf, size_t len, int up)
+{
+	ssize_t n = readlink("/proc/self/exe", buf, len - 1);
+	char *slash;
+	int i;
+
+	if (n < 0) {
+		buf[0] = 0;
+		return -errno;
+	}
+	buf[n] = 0;
+	for (i = 0; i <= up; i++) {
+		slash = strrchr(buf, '/');
+		if (slash)
+			*slash = 0;
+	}
+	return 0;
+}
+
 int vu_module_insert(const char *path)
 {
 	struct stat st;

@@ -92,6 +92,12 @@ void vu_vmstat_refresh(void);
 long long vu_read_number(const char *path);
 int vu_write_number(const char *path, long long v);
 /*
+ * The directory @up levels above the running program's own (for
+ * tests/bin/t_x, 0 is tests/bin and 2 the repository) into @buf: 0, or
+ * -errno when /proc/self/exe cannot be read (@buf is then empty).
+ */
+int vu_exe_dir(char *buf, size_t len, int up);
+/*
  * Insert the kernel module in the file at @path (init_module): 0 when
  * inserted, -EEXIST when a module of that name is loaded already, -errno.
  */
