@@ -7,6 +7,8 @@
  *   GUP-fast   the present pages of the caller's own mm, confirmed against
  *              the vmas under the lock (fm_batch_pin_fast() and friends);
  *   filepin    shared hugetlbfs, one pin per folio (filepin.c);
+ *   hugepin    the rest of hugetlbfs, one GUP and pin per huge page
+ *              (hugepin.c);
  *   GUP        the locked pin_user_pages_remote() walk pins the rest, the
  *              way stock pins (fm_batch_fill_locked());
  *   PFNMAP     device memory, looked up one leaf entry at a time
@@ -35,14 +37,6 @@
 #define FM_PFNMAP_PAGES	(SZ_1G >> PAGE_SHIFT)
 /* Pages per memfd_pin_folios() batch, charged at once. */
 #define FM_FILEPIN_PAGES	(SZ_1G >> PAGE_SHIFT)
-
-static void fm_batch_reset(struct fm_batch *b)
-{
-	b->pfnmap = false;
-	b->folio_pinned = false;
-	b->size = 0;
-	b->nr_runs = 0;
-}
 
 /*
  * A batch sized for a dma of @npage pages: no bigger than it needs. Sets
@@ -79,18 +73,6 @@ void fm_batch_fini(struct fm_batch *b)
 		kfree(b->pages);
 		kfree(b->runs);
 	}
-}
-
-/* Append @npage pfns from @pfn, merging with the last run when contiguous. */
-static void fm_batch_add(struct fm_batch *b, unsigned long pfn, unsigned long npage)
-{
-	struct fm_run *last = b->nr_runs ? &b->runs[b->nr_runs - 1] : NULL;
-
-	if (last && last->pfn + last->npage == pfn)
-		last->npage += npage;
-	else
-		b->runs[b->nr_runs++] = (struct fm_run){ .pfn = pfn, .npage = npage };
-	b->size += npage;
 }
 
 /*
@@ -251,7 +233,7 @@ static long fm_fill_pfnmap(struct fm_batch *b, struct mm_struct *mm,
 	return b->size ? b->size : ret;
 }
 
-static unsigned int fm_gup_flags(int prot)
+unsigned int fm_gup_flags(int prot)
 {
 	return FOLL_LONGTERM | ((prot & IOMMU_WRITE) ? FOLL_WRITE : 0);
 }
@@ -434,10 +416,14 @@ bool fm_range_has_vm_flags(struct mm_struct *mm, unsigned long addr, unsigned lo
 	return false;
 }
 
-/* Under mmap_read_lock: does the dma take folio pins (@vma: at its start)? */
+/*
+ * Under mmap_read_lock: does the dma take folio pins (@vma: at its
+ * start)? Those of hugetlbfs memory: filepin.c's or hugepin.c's.
+ */
 static void fm_pinner_set_mode(struct fm_pinner *p, struct vm_area_struct *vma)
 {
-	p->dma->folio_pins = vma && fm_filepin_applies(vma, p->dma->prot & IOMMU_WRITE);
+	p->dma->folio_pins = vma && (fm_filepin_applies(vma, p->dma->prot & IOMMU_WRITE) ||
+				     fm_hugepin_applies(vma));
 	p->mode_known = true;
 }
 
@@ -445,8 +431,10 @@ static void fm_pinner_set_mode(struct fm_pinner *p, struct vm_area_struct *vma)
  * Fill the pinner's batch from @vaddr, under one mmap_read_lock round trip.
  * GUP-fast pins first where it can (above); under the lock, the first fill
  * decides whether the dma has folio pins (filepin.c). A mapping with folio
- * pins takes what filepin.c can pin by folio and leaves the rest (absent
- * folios, other vmas) to GUP, whose pins are then brought to one per folio.
+ * pins takes what filepin.c can pin by folio, then what hugepin.c can pin
+ * by huge page (private hugetlbfs, absent folios), and leaves the rest
+ * (other vmas, or an error to report) to GUP, whose pins are then brought
+ * to one per folio.
  * The locked walk pins what is left, the way stock pins. After a batch
  * GUP-fast could not pin, the next ones skip it for a while (above).
  */
@@ -516,6 +504,13 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 			return b->size;
 		}
 		mmap_read_lock(p->mm);
+		/* Whatever filepin.c left in hugetlbfs: a pin per huge page. */
+		n = fm_hugepin(b, p->mm, vaddr, npage, fm_gup_flags(dma->prot));
+		if (n > 0) {
+			mmap_read_unlock(p->mm);
+			p->probe_slow += n;
+			return n;
+		}
 	}
 	n = fm_batch_fill_locked(b, p->mm, vaddr, npage, dma->prot);
 	mmap_read_unlock(p->mm);

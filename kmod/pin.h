@@ -5,7 +5,7 @@
  *   map_dma.c  MAP_DMA: a new mapping, a new vaddr, a change of owner
  *   pin.c      one pinner over a dma: batch -> charge -> run, batch after batch
  *   batch.c    fill a batch (GUP-fast, the locked GUP walk, VM_PFNMAP lookups,
- *              filepin.c) and cut it into physically contiguous runs
+ *              filepin.c, hugepin.c) and cut it into physically contiguous runs
  *   charge.c   charge a batch to the owner's locked memory (and every other
  *              locked-memory change: unmap, pin_pages, change of owner)
  *   parallel.c a large MAP_DMA: batches filled ahead by helper threads
@@ -132,6 +132,26 @@ static inline dma_addr_t fm_pinner_next_iova(const struct fm_pinner *p)
 	return p->run_iova + (p->run_npage << PAGE_SHIFT);
 }
 
+static inline void fm_batch_reset(struct fm_batch *b)
+{
+	b->pfnmap = false;
+	b->folio_pinned = false;
+	b->size = 0;
+	b->nr_runs = 0;
+}
+
+/* Append @npage pfns from @pfn, merging with the last run when contiguous. */
+static inline void fm_batch_add(struct fm_batch *b, unsigned long pfn, unsigned long npage)
+{
+	struct fm_run *last = b->nr_runs ? &b->runs[b->nr_runs - 1] : NULL;
+
+	if (last && last->pfn + last->npage == pfn)
+		last->npage += npage;
+	else
+		b->runs[b->nr_runs++] = (struct fm_run){ .pfn = pfn, .npage = npage };
+	b->size += npage;
+}
+
 /* pin.c: the pipeline over the whole dma */
 int fm_pin_map_dma(struct fm_pinner *p);
 
@@ -141,6 +161,18 @@ void fm_batch_fini(struct fm_batch *b);
 long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npage);
 bool fm_range_has_vm_flags(struct mm_struct *mm, unsigned long addr, unsigned long len,
 			   vm_flags_t flags);
+unsigned int fm_gup_flags(int prot);
+
+/*
+ * hugepin.c: hugetlbfs by huge page, under mmap_read_lock.
+ * fm_hugepin_applies: is @vma hugetlbfs that fm_hugepin() pins?
+ * fm_hugepin: fills @b from up to @npage pages at @vaddr with one GUP pin
+ * per huge page segment; returns the pages (> 0), or 0 / -errno from GUP
+ * with nothing pinned (the locked walk then pins or reports).
+ */
+bool fm_hugepin_applies(struct vm_area_struct *vma);
+long fm_hugepin(struct fm_batch *b, struct mm_struct *mm, unsigned long vaddr,
+		unsigned long npage, unsigned int gup_flags);
 
 /* parallel.c: helpers fill the batches of a large MAP_DMA ahead */
 bool fm_par_may(struct fm_pinner *p, size_t size);

@@ -244,7 +244,8 @@ static inline void *th_mem(struct th *t, enum vu_mem_kind kind, size_t size)
 	if (!p) {
 		/* memfd2m: only the pool (or its sysfs directory) missing */
 		if (kind == VU_MEM_HUGETLB2M || kind == VU_MEM_HUGETLB1G ||
-		    (kind == VU_MEM_MEMFD2M && (errno == ENOMEM || errno == ENOENT)))
+		    ((kind == VU_MEM_MEMFD2M || kind == VU_MEM_MEMFD1G) &&
+		     (errno == ENOMEM || errno == ENOENT)))
 			SKIP("cannot get %zu MiB of %s: %s", size >> 20,
 			     vu_mem_name(kind), strerror(errno));
 		FAIL("cannot allocate %zu MiB of %s: %s", size >> 20,
@@ -422,6 +423,30 @@ static inline void th_set_memlock(struct th *t, unsigned long long bytes)
 	EXPECT_EQ(th_pins(t), _pages);					\
 	EXPECT_EQ(th_vmlck_kb(t), _pages * 4);				\
 } while (0)
+
+/*
+ * The pins of one mapping of @size bytes of @kind memory from @off bytes
+ * into a folio-aligned buffer: one per 4K page, except foliomap's one per
+ * folio for a mapping that starts in hugetlbfs and has more than 16 pages
+ * (folio pins: t_hugetlbfs.c). VmLck is charged per 4K page either way.
+ */
+static inline long long th_kind_pins_at(enum vu_mem_kind kind, size_t off, size_t size)
+{
+	size_t folio = 0;
+
+	if (kind == VU_MEM_HUGETLB2M || kind == VU_MEM_MEMFD2M)
+		folio = SZ_2M;
+	else if (kind == VU_MEM_HUGETLB1G || kind == VU_MEM_MEMFD1G)
+		folio = SZ_1G;
+	if (!is_foliomap() || !folio || size <= 16 * SZ_4K)
+		return size / SZ_4K;
+	return (off + size + folio - 1) / folio - off / folio;
+}
+
+static inline long long th_kind_pins(enum vu_mem_kind kind, size_t size)
+{
+	return th_kind_pins_at(kind, 0, size);
+}
 
 
 /*

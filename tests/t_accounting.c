@@ -11,7 +11,7 @@ static void charge_kind(struct th *t, enum vu_mem_kind kind, size_t size)
 
 	MAP_OK(c, IOVA_B, p, size);
 	EXPECT_EQ(th_vmlck_kb(t), size >> 10);
-	EXPECT_EQ(th_pins(t), size / P);
+	EXPECT_EQ(th_pins(t), th_kind_pins(kind, size));
 	UNMAP_OK(c, IOVA_B, size);
 	EXPECT_EQ(th_vmlck_kb(t), 0);
 	EXPECT_EQ(th_pins(t), 0);
@@ -86,13 +86,13 @@ static void rlimit_kind(struct th *t, enum vu_mem_kind kind)
 	EXPECT_EQ(th_vmlck_kb(t), 3 * 2048);
 	EXPECT_EQ(vu_map(c, IOVA_A + 3 * SZ_2M, p + 3 * SZ_2M, P, RW), -ENOMEM);
 	EXPECT_EQ(th_vmlck_kb(t), 3 * 2048);
-	EXPECT_EQ(th_pins(t), 3 * 512);
+	EXPECT_EQ(th_pins(t), th_kind_pins(kind, 3 * SZ_2M));
 	UNMAP_OK(c, IOVA_A, 3 * SZ_2M);
 
 	th_set_memlock(t, 4 * SZ_2M);
 	MAP_OK(c, IOVA_B, p, 4 * SZ_2M);
 	EXPECT_EQ(th_vmlck_kb(t), 4 * 2048);
-	EXPECT_EQ(th_pins(t), 4 * 512);
+	EXPECT_EQ(th_pins(t), th_kind_pins(kind, 4 * SZ_2M));
 	UNMAP_OK(c, IOVA_B, 4 * SZ_2M);
 	EXPECT_EQ(th_vmlck_kb(t), 0);
 }

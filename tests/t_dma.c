@@ -87,7 +87,7 @@ static void dma_boundaries(struct th *t, enum vu_mem_kind kind)
 	ref = copy_of(t, m, MEM_SIZE);
 	MAP_OK(c, IOVA_AL, m, MEM_SIZE);
 	MAP_OK(c, IOVA_MIS, m, MEM_SIZE);
-	EXPECT_PINS_VMLCK(2 * MEM_SIZE / SZ_4K, 2 * MEM_SIZE / 1024);
+	EXPECT_PINS_VMLCK(2 * th_kind_pins(kind, MEM_SIZE), 2 * MEM_SIZE / 1024);
 
 	/* [B - 0x7f0, B) ends at the boundary, [B, B + 0x800) starts at it */
 	EDU_FROM_RAM(&e, IOVA_AL + B - 0x7f0, 0, 0x7f0);

@@ -542,9 +542,9 @@ static void folio_replay_body(struct th *t, enum vu_mem_kind kind)
 	th_e1000e_groups(t, groups, 1);
 	nfd = th_own_fd(t, vu_group_attach(e.c, groups[0]));
 	ASSERT_GE(nfd, 0);
-	EXPECT_PINS_VMLCK(np + 4, KB(np));
+	EXPECT_PINS_VMLCK(th_kind_pins(kind, size) + 4, KB(np));
 	emu_unpin(t, &e, IOVA_A + 511 * SZ_4K, 1);
-	EXPECT_PINS_VMLCK(np + 3, KB(np));
+	EXPECT_PINS_VMLCK(th_kind_pins(kind, size) + 3, KB(np));
 
 	th_close(t, nfd);
 	EXPECT_PINS_VMLCK(3, KB(3));

@@ -6,12 +6,15 @@
  * its end, ranges that cross into other VMAs, dirty tracking, and a process
  * killed while mapping.
  *
- * Pins (nr_foll_pin_acquired - nr_foll_pin_released): stock, and foliomap on
- * 6.1, hold one pin per 4K page.  foliomap on 6.12 pins a mapping whose first
- * page lies in a MAP_SHARED hugetlbfs VMA with memfd_pin_folios(): one pin
- * per folio the mapping covers ("folio mode"), for the whole mapping, also
- * in the VMAs it continues into.  A mapping that starts anywhere else keeps
- * one pin per 4K page everywhere.  VmLck is charged per 4K page always.
+ * Pins (nr_foll_pin_acquired - nr_foll_pin_released): stock holds one pin
+ * per 4K page.  foliomap pins a mapping whose first page lies in a
+ * hugetlbfs VMA (shared or private) by folio: present page-cache folios of
+ * a MAP_SHARED VMA with memfd_pin_folios() (6.12 and later), everything
+ * else with one GUP per huge page; one pin per folio the mapping covers
+ * ("folio mode"), for the whole mapping, also in the VMAs it continues
+ * into.  A mapping that starts anywhere else, or of at most 16 pages,
+ * keeps one pin per 4K page everywhere.  VmLck is charged per 4K page
+ * always.
  */
 #include <linux/userfaultfd.h>
 #include <sys/ioctl.h>
@@ -29,10 +32,10 @@
 #define EDU_SRC		0x100000ULL	/* IOVAs below edu's 28-bit DMA mask */
 #define EDU_HUGE	0x1000000ULL
 
-/* foliomap on 6.12 and 7.x: one pin per folio for a range starting in shared hugetlbfs */
+/* foliomap: one pin per folio for a range starting in hugetlbfs */
 static bool folio_mode(void)
 {
-	return is_foliomap() && th_kernel_series() >= 612;
+	return is_foliomap();
 }
 
 /* Pins a folio-mode mapping holds: nfolios in folio mode, npages otherwise. */
@@ -239,7 +242,7 @@ TEST(memfd2m_private_mapping_cow_dma)
 	edu_open(t, gfd, &e);
 	MAP_OK(c, EDU_SRC, src, SZ_4K);
 	MAP_OK(c, EDU_HUGE, prv, 2 * SZ_2M);
-	EXPECT_PINS_VMLCK(1 + 1024, 4 + 4096);
+	EXPECT_PINS_VMLCK(1 + exp_pins(2, 1024), 4 + 4096);
 	/* the pins took private copies with the file's data */
 	EXPECT_EQ(check(prv, 2 * SZ_2M, 1), 2 * SZ_2M);
 
@@ -406,9 +409,9 @@ TEST(shm_hugetlb_segment)
 
 /*
  * A range registered with userfaultfd: GUP would raise its faults, a pin
- * from the page cache would not, so such a VMA is never pinned by folio.
- * The pages are present (no fault is raised): one pin per 4K page on
- * every backend.
+ * from the page cache would not, so such a VMA is never pinned from the
+ * page cache; foliomap pins it with GUP, one huge page at a time (folio
+ * mode all the same). The pages are present: no fault is raised.
  */
 TEST(memfd2m_userfaultfd_armed)
 {
@@ -419,11 +422,11 @@ TEST(memfd2m_userfaultfd_armed)
 	int uffd = th_uffd_register(t, p, size, UFFDIO_REGISTER_MODE_MISSING);
 
 	MAP_OK(c, IOVA_B, p, size);
-	EXPECT_PINS_VMLCK(size / SZ_4K, size >> 10);
+	EXPECT_PINS_VMLCK(exp_pins(2, size / SZ_4K), size >> 10);
 	UNMAP_OK(c, IOVA_B, size);
 	EXPECT_PINS_VMLCK(0, 0);
 
-	/* unregistered, the same range is pinned by folio again */
+	/* unregistered, the same range is pinned from the page cache */
 	ASSERT_EQ(ioctl(uffd, UFFDIO_UNREGISTER, &range), 0);
 	MAP_OK(c, IOVA_B, p, size);
 	EXPECT_PINS_VMLCK(exp_pins(2, size / SZ_4K), size >> 10);

@@ -84,7 +84,7 @@ static void batch_edges(struct th *t, enum vu_mem_kind kind)
 	edu_open(t, gfd, &e);
 	fill(m, total, kind + 7);
 	MAP_OK(c, IOVA_P, p, len);
-	EXPECT_ACCT(len / SZ_4K);
+	EXPECT_PINS_VMLCK(th_kind_pins_at(kind, SZ_4K, len), len >> 10);
 	/* straddling the first batch edge, onto the second one */
 	dma_copy(t, &e, p, IOVA_P, BATCH - 0x800, 2 * BATCH - 0x400, 0xff0);
 	/* the last bytes of the mapping onto its first page */
@@ -93,7 +93,7 @@ static void batch_edges(struct th *t, enum vu_mem_kind kind)
 	EXPECT_ACCT(0);
 	/* the same range again, mapped at a misaligned IOVA (4K leaves) */
 	MAP_OK(c, IOVA_Q + SZ_4K * 3, p, len);
-	EXPECT_ACCT(len / SZ_4K);
+	EXPECT_PINS_VMLCK(th_kind_pins_at(kind, SZ_4K, len), len >> 10);
 	dma_copy(t, &e, p, IOVA_Q + SZ_4K * 3, 3 * BATCH - 0x7f8, 0x1000, 0xff0);
 	UNMAP_OK(c, IOVA_Q + SZ_4K * 3, len);
 	EXPECT_ACCT(0);
@@ -139,7 +139,8 @@ TEST_V12(pp_three_vmas)
 	fill((uint8_t *)p, len, 3);
 
 	MAP_OK(c, IOVA_P, p, len);
-	EXPECT_ACCT(len / SZ_4K);
+	/* foliomap: from hugetlbfs on, a pin per folio (2 + 1024 + 2 THP) */
+	EXPECT_PINS_VMLCK(is_foliomap() ? 2 + part / SZ_4K + 2 : len / SZ_4K, len >> 10);
 	dma_copy(t, &e, (uint8_t *)p, IOVA_P, part - 0x7f8, 2 * part - 0x800, 0xff0);
 	dma_copy(t, &e, (uint8_t *)p, IOVA_P, len - 0xff0, 0x1000, 0xff0);
 	UNMAP_OK(c, IOVA_P, len);

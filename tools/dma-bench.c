@@ -96,7 +96,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 "usage: dma-bench [--group N | --device BDF] [--gib G] [--loops L] [--warmup W]\n"
-"                 [--iova ADDR] [--type1 v1|v2] [--modes thp,populate,hugetlb2m,hugetlb1g,memfd,memfd2m]\n"
+"                 [--iova ADDR] [--type1 v1|v2] [--modes thp,populate,hugetlb2m,hugetlb1g,memfd,memfd2m,memfd1g]\n"
 "                 [--backends stock,foliomap --switch-cmd SCRIPT] [--json] [--label NAME]\n"
 "                 [--bar-device BDF] [--bar-index N] [--no-step-warmup]\n"
 "\n"
@@ -137,6 +137,7 @@ static const char *mode_header(enum vu_mem_kind kind)
 	case VU_MEM_HUGETLB1G:	return "HUGETLBFS 1G";
 	case VU_MEM_MEMFD:	return "MEMFD";
 	case VU_MEM_MEMFD2M:	return "MEMFD HUGETLB";
+	case VU_MEM_MEMFD1G:	return "MEMFD HUGETLB 1G";
 	case MODE_BAR:		return "PCI BAR";
 	default:		return "?";
 	}
@@ -526,13 +527,27 @@ static int mem_step(const struct opts *o, struct series *s, int loop, void *arg)
 	return one_loop(o, m->kind, m->buf, m->size, s, loop);
 }
 
+/* hugetlbfs kinds: their page size in kB, else 0. */
+static unsigned long huge_kb(enum vu_mem_kind kind)
+{
+	switch (kind) {
+	case VU_MEM_HUGETLB2M:
+	case VU_MEM_MEMFD2M:
+		return 2048;
+	case VU_MEM_HUGETLB1G:
+	case VU_MEM_MEMFD1G:
+		return 1048576;
+	default:
+		return 0;
+	}
+}
+
 /* Refuse early rather than let the OOM killer end the run. */
 static int check_free_memory(enum vu_mem_kind kind, uint64_t size)
 {
 	long long avail = vu_read_key("/proc/meminfo", "MemAvailable");
 
-	if (kind == VU_MEM_HUGETLB2M || kind == VU_MEM_HUGETLB1G ||
-	    kind == VU_MEM_MEMFD2M || avail < 0)
+	if (huge_kb(kind) || avail < 0)
 		return 0;
 	if ((uint64_t)avail * 1024 < size + (64ULL << 20)) {
 		fprintf(stderr, "dma-bench: not enough memory for %s: %" PRIu64 " MiB wanted, "
@@ -545,31 +560,31 @@ static int check_free_memory(enum vu_mem_kind kind, uint64_t size)
 
 static void hugepage_paths(enum vu_mem_kind kind, char *nr, char *fr, size_t len)
 {
-	unsigned long kb = kind == VU_MEM_HUGETLB1G ? 1048576 : 2048;
+	unsigned long kb = huge_kb(kind);
 
 	snprintf(nr, len, "/sys/kernel/mm/hugepages/hugepages-%lukB/nr_hugepages", kb);
 	snprintf(fr, len, "/sys/kernel/mm/hugepages/hugepages-%lukB/free_hugepages", kb);
 }
 
 /*
- * Returns 0 done, 1 skipped, <0 setup error (exit 2). Leaks and failed
+ * Returns 0 done, <0 setup error (exit 2). Leaks and failed
  * ioctls are reported and set *bad.
  */
 static int run_mode(const struct opts *o, enum vu_mem_kind kind, uint64_t size, int *bad)
 {
 	struct series s[MAX_BACKENDS] = { 0 };
-	bool huge = kind == VU_MEM_HUGETLB2M || kind == VU_MEM_HUGETLB1G ||
-		    kind == VU_MEM_MEMFD2M;
+	bool huge = huge_kb(kind) != 0;
+	bool gigantic = huge_kb(kind) == 1048576;
 	char nr_path[128], free_path[128];
 	long long nr_before = -1;
 	int ret = 0;
 	void *buf;
 	double t;
 
-	if (kind == VU_MEM_HUGETLB1G && size % SZ_1G) {
-		fprintf(human, "# hugetlb1g skipped: %g GiB is not a whole number of 1G pages\n",
-			o->gib);
-		return 1;
+	if (gigantic && size % SZ_1G) {
+		fprintf(stderr, "dma-bench: %s: %g GiB is not a whole number of 1G pages\n",
+			mode_name(kind), o->gib);
+		return -EINVAL;
 	}
 	if (check_free_memory(kind, size))
 		return -ENOMEM;
@@ -582,23 +597,18 @@ static int run_mode(const struct opts *o, enum vu_mem_kind kind, uint64_t size, 
 	buf = vu_mem_alloc(kind, size);
 	if (!buf) {
 		int err = errno;
-		unsigned long long n = size / (kind == VU_MEM_HUGETLB1G ? SZ_1G : SZ_2M);
+		unsigned long long n = size / (gigantic ? SZ_1G : SZ_2M);
 
 		if (huge) {
 			long long fr = vu_read_number(free_path);
 
 			if (nr_before >= 0)
 				vu_write_number(nr_path, nr_before);
-			if (kind == VU_MEM_HUGETLB1G) {
-				fprintf(human, "# hugetlb1g skipped: cannot reserve %llu 1G pages "
-					"(%s, %lld free): boot with hugepagesz=1G hugepages=%llu "
-					"or give the guest more memory\n", n, strerror(err),
-					fr < 0 ? 0 : fr, n);
-				return 1;
-			}
-			fprintf(stderr, "dma-bench: cannot reserve %llu 2M hugepages (%s, %lld "
-				"free): give the guest more memory or use a smaller --gib\n",
-				n, strerror(err), fr < 0 ? 0 : fr);
+			fprintf(stderr, "dma-bench: cannot reserve %llu %s hugepages (%s, %lld "
+				"free): %s\n", n, gigantic ? "1G" : "2M", strerror(err),
+				fr < 0 ? 0 : fr, gigantic ? "boot the guest with hugepagesz=1G "
+				"hugepages=N (bench/run does)" : "give the guest more memory "
+				"or use a smaller --gib");
 			return -ENOMEM;
 		}
 		fprintf(stderr, "dma-bench: cannot allocate %" PRIu64 " MiB of %s: %s\n",
@@ -780,7 +790,7 @@ static int parse_modes(struct opts *o, const char *arg)
 		}
 		if (o->nmodes == MAX_MODES || vu_mem_parse(tok, &o->modes[o->nmodes])) {
 			fprintf(stderr, "dma-bench: unknown mode '%s' (thp, populate, hugetlb2m, "
-				"hugetlb1g, memfd, memfd2m, bar)\n", tok);
+				"hugetlb1g, memfd, memfd2m, memfd1g, bar)\n", tok);
 			free(dup);
 			return -EINVAL;
 		}

@@ -27,6 +27,9 @@
 #ifndef MFD_HUGE_2MB
 #define MFD_HUGE_2MB (21U << 26)	/* MFD_HUGE_SHIFT, linux/memfd.h */
 #endif
+#ifndef MFD_HUGE_1GB
+#define MFD_HUGE_1GB (30U << 26)
+#endif
 
 int vu_container_open(void)
 {
@@ -190,6 +193,7 @@ static const char *const mem_names[VU_MEM_NKINDS] = {
 	[VU_MEM_HUGETLB1G] = "hugetlb1g",
 	[VU_MEM_MEMFD] = "memfd",
 	[VU_MEM_MEMFD2M] = "memfd2m",
+	[VU_MEM_MEMFD1G] = "memfd1g",
 };
 
 const char *vu_mem_name(enum vu_mem_kind kind)
@@ -288,16 +292,19 @@ int vu_hugepages_reserve(unsigned long size_kb, unsigned long n)
 	return vu_read_number(free_path) >= (long long)n ? 0 : -ENOMEM;
 }
 
-int vu_memfd2m_create(size_t size)
+int vu_memfd_huge_create(size_t size, unsigned long page_kb)
 {
+	size_t page = (size_t)page_kb << 10;
 	int fd, err;
 
-	if (!size || size % (2UL << 20))
+	if ((page_kb != 2048 && page_kb != 1048576) || !size || size % page)
 		return -EINVAL;
-	err = vu_hugepages_reserve(2048, size >> 21);
+	err = vu_hugepages_reserve(page_kb, size / page);
 	if (err)
 		return err;
-	fd = memfd_create("foliomap-2m", MFD_CLOEXEC | MFD_HUGETLB | MFD_HUGE_2MB);
+	fd = memfd_create(page_kb == 2048 ? "foliomap-2m" : "foliomap-1g",
+			  MFD_CLOEXEC | MFD_HUGETLB |
+			  (page_kb == 2048 ? MFD_HUGE_2MB : MFD_HUGE_1GB));
 	if (fd < 0)
 		return -errno;
 	if (ftruncate(fd, size)) {
@@ -306,6 +313,11 @@ int vu_memfd2m_create(size_t size)
 		return err;
 	}
 	return fd;
+}
+
+int vu_memfd2m_create(size_t size)
+{
+	return vu_memfd_huge_create(size, 2048);
 }
 
 void *vu_thp_map(size_t size)
@@ -327,9 +339,9 @@ void *vu_thp_map(size_t size)
 	return (void *)a;
 }
 
-void *vu_memfd2m_map(size_t size)
+static void *memfd_huge_map(size_t size, unsigned long page_kb)
 {
-	int fd = vu_memfd2m_create(size), err;
+	int fd = vu_memfd_huge_create(size, page_kb), err;
 	void *p;
 
 	if (fd < 0) {
@@ -341,6 +353,16 @@ void *vu_memfd2m_map(size_t size)
 	close(fd);
 	errno = err;
 	return p == MAP_FAILED ? NULL : p;
+}
+
+void *vu_memfd2m_map(size_t size)
+{
+	return memfd_huge_map(size, 2048);
+}
+
+void *vu_memfd1g_map(size_t size)
+{
+	return memfd_huge_map(size, 1048576);
 }
 
 void *vu_mem_alloc(enum vu_mem_kind kind, size_t size)
@@ -388,8 +410,9 @@ void *vu_mem_alloc(enum vu_mem_kind kind, size_t size)
 		errno = err;
 		break;
 	case VU_MEM_MEMFD2M:
-		step = 2UL << 20;
-		p = vu_memfd2m_map(size);
+	case VU_MEM_MEMFD1G:
+		step = kind == VU_MEM_MEMFD2M ? 2UL << 20 : 1UL << 30;
+		p = kind == VU_MEM_MEMFD2M ? vu_memfd2m_map(size) : vu_memfd1g_map(size);
 		if (!p)
 			return NULL;
 		break;

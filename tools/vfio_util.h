@@ -39,6 +39,7 @@ enum vu_mem_kind {
 	VU_MEM_HUGETLB1G,	/* 1G hugetlbfs pages */
 	VU_MEM_MEMFD,		/* memfd_create, shared mapping */
 	VU_MEM_MEMFD2M,		/* memfd_create(MFD_HUGETLB | MFD_HUGE_2MB), shared */
+	VU_MEM_MEMFD1G,		/* memfd_create(MFD_HUGETLB | MFD_HUGE_1GB), shared */
 	VU_MEM_NKINDS,
 };
 const char *vu_mem_name(enum vu_mem_kind kind);
@@ -52,10 +53,12 @@ void vu_mem_free(void *p, size_t size);
 /* Make sure n free hugepages of size_kb exist (writes nr_hugepages). */
 int vu_hugepages_reserve(unsigned long size_kb, unsigned long n);
 /*
- * A 2M-hugetlbfs memfd (MFD_CLOEXEC | MFD_HUGETLB | MFD_HUGE_2MB) of size
- * bytes (a multiple of 2M), with that many free 2M hugepages reserved
- * first; nothing is faulted in. Returns the fd, or -errno.
+ * A hugetlbfs memfd (MFD_CLOEXEC | MFD_HUGETLB and the page size: 2048 kB
+ * or 1048576 kB) of size bytes (a multiple of the page size), with that
+ * many free hugepages reserved first; nothing is faulted in. Returns the
+ * fd, or -errno. vu_memfd2m_create() is the 2M one.
  */
+int vu_memfd_huge_create(size_t size, unsigned long page_kb);
 int vu_memfd2m_create(size_t size);
 /*
  * Never-touched memory, NULL with errno on failure: vu_thp_map() private
@@ -65,6 +68,8 @@ int vu_memfd2m_create(size_t size);
  */
 void *vu_thp_map(size_t size);
 void *vu_memfd2m_map(size_t size);
+/* The same with 1G pages (what QEMU's hugetlbsize=1G memfd backend maps). */
+void *vu_memfd1g_map(size_t size);
 
 /* Counters that every test and benchmark loop checks for balance. */
 struct vu_counters {
