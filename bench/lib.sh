@@ -84,19 +84,36 @@ bench_check_setup() {
 # Guest memory: three times the largest buffer plus 3 GiB (buffer, hugetlb
 # pool being returned, page tables and the kernel).
 bench_guest() {
-	local out=$1 max=$2 mem det=() bar=() env=()
+	local out=$1 max=$2 mem det=() rig=() env=()
 	shift 2
 	mem=$(awk -v g="$max" 'BEGIN { m = g * 3 + 3; printf "%d", (m == int(m)) ? m : int(m) + 1 }')
 	[ "$deterministic" = 1 ] && det=(--deterministic)
-	# Mode bar maps device memory: an ivshmem-plain BAR of BAR_SIZE (256M).
-	[[ " ${modes:-} " != *" bar "* ]] || bar=(--ivshmem "${BAR_SIZE:-256M}")
+	# Modes bar and bar-Ng map device memory: an ivshmem-plain BAR of
+	# BAR_SIZE (256M), or as big as the largest bar-Ng (never touched by
+	# the host: vm/run), whose first 256 MiB are mode bar's.
+	local bar_size=${BAR_SIZE:-256M} m g
+	for m in ${modes:-}; do
+		[[ $m =~ ^bar-([0-9]+)g$ ]] || continue
+		g=${BASH_REMATCH[1]}
+		[[ $bar_size == *G ]] && [ "${bar_size%G}" -ge "$g" ] || bar_size=${g}G
+		rig=(--ivshmem "$bar_size")
+	done
+	[[ " ${modes:-} " != *" bar "* ]] || rig=(--ivshmem "$bar_size")
+	# 1G-page modes (huge1g=1: the matrix's ft-*1g rows): the pages
+	# reserved at boot, on top of the rest.
+	if [ "${huge1g:-0}" = 1 ] || [[ " ${modes:-} " == *" hugetlb1g "* ||
+				       " ${modes:-} " == *" memfd1g "* ]]; then
+		g=$(awk -v g="$max" 'BEGIN { printf "%d", (g == int(g)) ? g : int(g) + 1 }')
+		rig+=(--hugepages-1g "$g")
+		mem=$((mem + g))
+	fi
 	# foliomap's helper threads (bench/switch-backend sets them): 0 is off.
 	[ -z "${FOLIOMAP_PIN_THREADS:-}" ] || env=(--env "FOLIOMAP_PIN_THREADS=$FOLIOMAP_PIN_THREADS")
 	# The matrix's first-touch size in MiB (matrix-bench's default: 512).
 	[ -z "${FT_MIB:-}" ] || env+=(--env "FT_MIB=$FT_MIB")
 	echo "$PROG: guest $krel, ${mem}G, backends $backends, loops $loops${det:+, deterministic}" >&2
 	"$REPO/vm/run" --kernel "$kernel" --backend stock --mem "${mem}G" --share "$REPO" \
-		"${det[@]}" "${bar[@]}" "${env[@]}" -- "$REPO/bench/guest-bench" --loops "$loops" \
+		"${det[@]}" "${rig[@]}" "${env[@]}" -- "$REPO/bench/guest-bench" --loops "$loops" \
 		--backends "$backends" "$@" > "$out"
 }
 

@@ -277,7 +277,7 @@ struct op {
 	 * successful call's.
 	 */
 	bool copyout;
-	/* Shared hugetlbfs: foliomap (6.12 on) pins once per 2M folio. */
+	/* hugetlbfs: foliomap pins once per 2M folio (th_kind_pins()). */
 	bool folio_pins;
 };
 
@@ -837,8 +837,7 @@ static void sweep(struct th *t, const struct op *op)
 	}
 	ASSERT_FALSE(ref.failed);
 	ASSERT_EQ(ref.rc, 0);
-	EXPECT_EQ(ref.pins, op->folio_pins && is_foliomap() && th_kernel_series() >= 612 ?
-			    op->pins / 512 : op->pins);
+	EXPECT_EQ(ref.pins, op->folio_pins && is_foliomap() ? op->pins / 512 : op->pins);
 	EXPECT_EQ(ref.vmlck_kb, op->vmlck_pages * 4);
 	EXPECT_EQ(ref.maps, op->maps);
 	EXPECT_EQ(ref.emu_pins, op->emu_pins);
@@ -932,7 +931,7 @@ SWEEP(map_anon4k, .setup = setup_map_anon4k, .call = do_map,
 SWEEP(map_shmem4k, .setup = setup_map_shmem4k, .call = do_map,
       .pins = P(M4), .vmlck_pages = P(M4), .maps = 1)
 SWEEP(map_hugetlb2m, .setup = setup_map_hugetlb2m, .call = do_map,
-      .pins = P(M4), .vmlck_pages = P(M4), .maps = 1)
+      .pins = P(M4), .vmlck_pages = P(M4), .maps = 1, .folio_pins = true)
 SWEEP(map_memfd2m, .setup = setup_map_memfd2m, .call = do_map,
       .pins = P(M4), .vmlck_pages = P(M4), .maps = 1, .folio_pins = true)
 SWEEP(map_bar, .setup = setup_map_bar, .call = do_map, .maps = 1)

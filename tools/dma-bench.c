@@ -38,7 +38,7 @@
 #define MAX_BACKENDS	2
 /* "bar": a PCI BAR (VM_PFNMAP device memory) instead of a kind of RAM. */
 #define MODE_BAR	((enum vu_mem_kind)VU_MEM_NKINDS)
-#define MAX_MODES	(VU_MEM_NKINDS + 1)
+#define MAX_MODES	12
 #define CAP_IPC_LOCK_BIT 14
 
 struct opts {
@@ -59,6 +59,10 @@ struct opts {
 	bool step_warmup;	/* untimed small map/unmap before each timed one */
 	const char *bar_bdf;	/* bar mode: the device (default $VFIO_IVSHMEM_BDF) */
 	int bar_index;		/* bar mode: the BAR (default 2, ivshmem's memory) */
+	/* bar modes: bytes of the BAR each maps (0: bar, 256 MiB or less) */
+	uint64_t bar_bytes[MAX_MODES];
+	uint64_t bar_size;	/* the bar mode running: bytes mapped */
+	char bar_name[24];	/* ... and its name, "bar" or "bar-64g" */
 };
 
 /* The results of one backend on one mode. */
@@ -115,17 +119,22 @@ static void usage(FILE *f)
 "  --json           one JSON object per mode and backend on stdout, one a line;\n"
 "                   the seed-format text then goes to stderr\n"
 "  --label NAME     add \"label\": NAME to the JSON objects\n"
-"  mode bar         map a whole PCI BAR (device memory, VM_PFNMAP) of --bar-device\n"
-"                   (default $VFIO_IVSHMEM_BDF, vm/run --ivshmem) through a container\n"
-"                   holding that device's own group; --gib does not apply\n"
+"  mode bar         map 256 MiB of a PCI BAR (device memory, VM_PFNMAP; all of a\n"
+"                   smaller BAR) of --bar-device (default $VFIO_IVSHMEM_BDF,\n"
+"                   vm/run --ivshmem) through a container holding that device's\n"
+"                   own group; --gib does not apply\n"
+"  mode bar-Ng      the same with N GiB of the BAR (bar-64g: a GPU's BAR)\n"
 "  --bar-index N    the BAR for mode bar (default 2: ivshmem's shared memory)\n"
 "  --no-step-warmup no untimed 8 MiB map/unmap before each timed step (it keeps\n"
 "                   TCG's retranslation of a just-reloaded module out of the times)\n");
 }
 
-static const char *mode_name(enum vu_mem_kind kind)
+/* "bar": the seed's row, 256 MiB of the BAR (all of a smaller one). */
+#define BAR_DEFAULT_BYTES	(256ULL << 20)
+
+static const char *mode_name(const struct opts *o, enum vu_mem_kind kind)
 {
-	return kind == MODE_BAR ? "bar" : vu_mem_name(kind);
+	return kind == MODE_BAR ? o->bar_name : vu_mem_name(kind);
 }
 
 static const char *mode_header(enum vu_mem_kind kind)
@@ -424,9 +433,9 @@ static int one_loop(const struct opts *o, enum vu_mem_kind kind, void *buf,
 			return err;
 		}
 	}
-	err = step_run(o, c, buf, size, mode_name(kind), loop, s, &st);
+	err = step_run(o, c, buf, size, mode_name(o, kind), loop, s, &st);
 	close_container(c, gfd);
-	return err ? err : step_done(mode_name(kind), loop, s, &st);
+	return err ? err : step_done(mode_name(o, kind), loop, s, &st);
 }
 
 static void print_summary(const struct opts *o, enum vu_mem_kind kind, const struct series *s)
@@ -437,7 +446,7 @@ static void print_summary(const struct opts *o, enum vu_mem_kind kind, const str
 		return;
 	vu_stats(s->map_s, s->n, &mn, &md, &mx, &av);
 	vu_stats(s->unmap_s, s->n, &umn, &umd, &umx, &uav);
-	fprintf(human, "# %s, %s, %g GiB, %d loops\n", s->backend, mode_name(kind),
+	fprintf(human, "# %s, %s, %g GiB, %d loops\n", s->backend, mode_name(o, kind),
 		o->gib, s->n);
 	fprintf(human, "------- AVERAGE (%s) --------\n", mode_header(kind));
 	fprintf(human, "VFIO MAP DMA in %.3f s (%.1f GB/s)\n", av, o->gib / av);
@@ -463,7 +472,7 @@ static void print_json(const struct opts *o, enum vu_mem_kind kind, const struct
 	if (o->label)
 		printf("\"label\": \"%s\", ", o->label);
 	printf("\"mode\": \"%s\", \"gib\": %g, \"loops\": %d, \"map_s\": ",
-	       mode_name(kind), o->gib, s->n);
+	       mode_name(o, kind), o->gib, s->n);
 	print_array(s->map_s, s->n);
 	printf(", \"unmap_s\": ");
 	print_array(s->unmap_s, s->n);
@@ -552,7 +561,7 @@ static int check_free_memory(enum vu_mem_kind kind, uint64_t size)
 	if ((uint64_t)avail * 1024 < size + (64ULL << 20)) {
 		fprintf(stderr, "dma-bench: not enough memory for %s: %" PRIu64 " MiB wanted, "
 			"%lld MiB available; give the guest more (vm/run --mem) or use --gib\n",
-			mode_name(kind), size >> 20, avail >> 10);
+			vu_mem_name(kind), size >> 20, avail >> 10);
 		return -ENOMEM;
 	}
 	return 0;
@@ -583,7 +592,7 @@ static int run_mode(const struct opts *o, enum vu_mem_kind kind, uint64_t size, 
 
 	if (gigantic && size % SZ_1G) {
 		fprintf(stderr, "dma-bench: %s: %g GiB is not a whole number of 1G pages\n",
-			mode_name(kind), o->gib);
+			mode_name(o, kind), o->gib);
 		return -EINVAL;
 	}
 	if (check_free_memory(kind, size))
@@ -612,10 +621,10 @@ static int run_mode(const struct opts *o, enum vu_mem_kind kind, uint64_t size, 
 			return -ENOMEM;
 		}
 		fprintf(stderr, "dma-bench: cannot allocate %" PRIu64 " MiB of %s: %s\n",
-			size >> 20, mode_name(kind), strerror(err));
+			size >> 20, mode_name(o, kind), strerror(err));
 		return -ENOMEM;
 	}
-	fprintf(human, "# %s: %" PRIu64 " MiB faulted in %.2f s", mode_name(kind),
+	fprintf(human, "# %s: %" PRIu64 " MiB faulted in %.2f s", mode_name(o, kind),
 		size >> 20, vu_now() - t);
 	if (kind == VU_MEM_THP) {
 		long long thp = vu_read_key("/proc/self/smaps_rollup", "AnonHugePages");
@@ -659,7 +668,7 @@ static int bar_open(const struct opts *o, int group, struct bar_loop *l)
 	uint64_t align;
 	uint16_t cmd;
 	char *resv, *p;
-	size_t i;
+	size_t i, stride;
 
 	l->container = vu_container_setup(&group, 1, o->type, &l->gfd);
 	if (l->container < 0) {
@@ -686,25 +695,40 @@ static int bar_open(const struct opts *o, int group, struct bar_loop *l)
 	if (pwrite(l->dev, &cmd, 2, cfg.offset + 4) != 2)
 		goto fail_dev;
 
-	l->size = r.size;
-	align = r.size < SZ_1G ? r.size : SZ_1G;
-	resv = mmap(NULL, r.size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	/* The part measured: mapped and faulted in, the rest left alone. */
+	l->size = o->bar_size ? o->bar_size :
+		  r.size < BAR_DEFAULT_BYTES ? r.size : BAR_DEFAULT_BYTES;
+	if (l->size > r.size) {
+		fprintf(stderr, "dma-bench: %s: %s BAR%d has only %llu MiB\n", o->bar_name,
+			o->bar_bdf, o->bar_index, (unsigned long long)(r.size >> 20));
+		goto fail_dev;
+	}
+	align = l->size < SZ_1G ? l->size : SZ_1G;
+	resv = mmap(NULL, l->size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (resv == MAP_FAILED)
 		goto fail_dev;
 	p = (char *)(((uintptr_t)resv + align - 1) & ~(uintptr_t)(align - 1));
-	l->map = mmap(p, r.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, l->dev,
+	l->map = mmap(p, l->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, l->dev,
 		      r.offset);
 	if (l->map == MAP_FAILED) {
 		fprintf(stderr, "dma-bench: mmap %s BAR%d: %s\n", o->bar_bdf, o->bar_index,
 			strerror(errno));
-		munmap(resv, r.size + align);
+		munmap(resv, l->size + align);
 		goto fail_dev;
 	}
 	if (p > resv)
 		munmap(resv, p - resv);
 	if ((uint64_t)(p - resv) < align)
-		munmap(p + r.size, align - (p - resv));
-	for (i = 0; i < r.size; i += 4096)
+		munmap(p + l->size, align - (p - resv));
+	/*
+	 * Every page in, untimed. A BAR larger than 1 GiB (a GPU's) is
+	 * touched once per GiB: vfio-pci maps such an aligned range with 1G
+	 * leaves (6.12 and later) or all of it at the first fault (6.1),
+	 * while a read of every 4K page would make the emulator back each
+	 * one with host memory (64 GiB of it for bar-64g).
+	 */
+	stride = l->size > SZ_1G ? SZ_1G : 4096;
+	for (i = 0; i < l->size; i += stride)
 		(void)*(volatile char *)(p + i);
 	return 0;
 
@@ -735,9 +759,9 @@ static int bar_one_loop(const struct opts *o, int group, struct series *s, int l
 		bar_close(&l);
 		return -ERANGE;
 	}
-	err = step_run(o, l.container, l.map, l.size, "bar", loop, s, &st);
+	err = step_run(o, l.container, l.map, l.size, o->bar_name, loop, s, &st);
 	bar_close(&l);
-	return err ? err : step_done("bar", loop, s, &st);
+	return err ? err : step_done(o->bar_name, loop, s, &st);
 }
 
 static int bar_step(const struct opts *o, struct series *s, int loop, void *arg)
@@ -745,18 +769,24 @@ static int bar_step(const struct opts *o, struct series *s, int loop, void *arg)
 	return bar_one_loop(o, *(int *)arg, s, loop);
 }
 
-static int run_bar_mode(const struct opts *o, int *bad)
+static int run_bar_mode(const struct opts *o, int mode, int *bad)
 {
 	struct series s[MAX_BACKENDS] = { 0 };
 	struct opts bo = *o;
 	int group, ret = 0;
 	struct bar_loop probe;
 
+	bo.bar_size = o->bar_bytes[mode];
+	if (bo.bar_size)
+		snprintf(bo.bar_name, sizeof(bo.bar_name), "bar-%llug",
+			 (unsigned long long)(bo.bar_size >> 30));
+	else
+		snprintf(bo.bar_name, sizeof(bo.bar_name), "bar");
 	if (!bo.bar_bdf)
 		bo.bar_bdf = getenv("VFIO_IVSHMEM_BDF");
 	if (!bo.bar_bdf || !*bo.bar_bdf) {
-		fprintf(human, "# bar skipped: no device: --bar-device BDF, or vm/run --ivshmem "
-			"(sets VFIO_IVSHMEM_BDF)\n");
+		fprintf(human, "# %s skipped: no device: --bar-device BDF, or vm/run --ivshmem "
+			"(sets VFIO_IVSHMEM_BDF)\n", bo.bar_name);
 		return 1;
 	}
 	group = vu_group_of_bdf(bo.bar_bdf);
@@ -767,8 +797,8 @@ static int run_bar_mode(const struct opts *o, int *bad)
 	if (bar_open(&bo, group, &probe))
 		return -EIO;
 	bo.gib = (double)probe.size / SZ_1G;
-	fprintf(human, "# bar: %s BAR%d, %" PRIu64 " MiB, group %d\n", bo.bar_bdf,
-		bo.bar_index, probe.size >> 20, group);
+	fprintf(human, "# %s: %s BAR%d, %" PRIu64 " MiB mapped, group %d\n", bo.bar_name,
+		bo.bar_bdf, bo.bar_index, probe.size >> 20, group);
 	bar_close(&probe);
 
 	ret = series_init(o, s);
@@ -784,13 +814,23 @@ static int parse_modes(struct opts *o, const char *arg)
 
 	o->nmodes = 0;
 	for (tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		unsigned long long g;
+		char unit;
+
 		if (!strcmp(tok, "bar") && o->nmodes < MAX_MODES) {
+			o->bar_bytes[o->nmodes] = 0;
+			o->modes[o->nmodes++] = MODE_BAR;
+			continue;
+		}
+		if (sscanf(tok, "bar-%llu%c", &g, &unit) == 2 && unit == 'g' && g &&
+		    g < (1ULL << 20) && o->nmodes < MAX_MODES) {
+			o->bar_bytes[o->nmodes] = g << 30;
 			o->modes[o->nmodes++] = MODE_BAR;
 			continue;
 		}
 		if (o->nmodes == MAX_MODES || vu_mem_parse(tok, &o->modes[o->nmodes])) {
 			fprintf(stderr, "dma-bench: unknown mode '%s' (thp, populate, hugetlb2m, "
-				"hugetlb1g, memfd, memfd2m, memfd1g, bar)\n", tok);
+				"hugetlb1g, memfd, memfd2m, memfd1g, bar, bar-Ng)\n", tok);
 			free(dup);
 			return -EINVAL;
 		}
@@ -991,7 +1031,7 @@ int main(int argc, char **argv)
 
 	for (i = 0; i < o.nmodes; i++) {
 		if (o.modes[i] == MODE_BAR)
-			ret = run_bar_mode(&o, &bad);
+			ret = run_bar_mode(&o, i, &bad);
 		else
 			ret = run_mode(&o, o.modes[i], size, &bad);
 		if (ret < 0)

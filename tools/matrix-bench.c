@@ -135,7 +135,7 @@ static uint64_t rng_next(uint64_t *s)
 /* ------------------------------------------------------------------ */
 /* memory */
 
-enum ft_kind { FT_THP, FT_ANON4K, FT_SHM4K, FT_MEMFD2M, FT_COW_THP };
+enum ft_kind { FT_THP, FT_ANON4K, FT_SHM4K, FT_MEMFD2M, FT_COW_THP, FT_HUGETLB1G, FT_MEMFD1G };
 
 /*
  * Write-protect the private anonymous memory of this process the way
@@ -178,6 +178,10 @@ static char *ft_alloc(enum ft_kind kind, uint64_t size)
 		return p == MAP_FAILED ? NULL : p;
 	case FT_MEMFD2M:
 		return vu_memfd2m_map(size);
+	case FT_HUGETLB1G:
+		return vu_hugetlb_map(size, 1048576);
+	case FT_MEMFD1G:
+		return vu_memfd1g_map(size);
 	}
 	errno = EINVAL;
 	return NULL;
@@ -286,6 +290,10 @@ static int step_ft(struct ctx *x, const struct row *r, double *v)
 {
 	uint64_t size = (uint64_t)x->o->ft_mib << 20;
 	double t0, t1, t2, t3;
+
+	/* 1G pages: whole pages, at least one. */
+	if (r->arg == FT_HUGETLB1G || r->arg == FT_MEMFD1G)
+		size = (size + SZ_1G - 1) & ~(SZ_1G - 1);
 	int c, gfd, err;
 	char *p;
 
@@ -700,6 +708,10 @@ static const struct row rows[] = {
 	   "first touch: private anon, MADV_NOHUGEPAGE (4K pages), never touched", 1),
 	FT(FT_SHM4K, "ft-shm4k", "first touch: MAP_SHARED anon (4K shmem), never touched", 1),
 	FT(FT_MEMFD2M, "ft-memfd2m", "first touch: 2M hugetlbfs memfd, never touched", 2),
+	FT(FT_HUGETLB1G, "ft-hugetlb1g",
+	   "first touch: private 1G hugetlbfs, never touched (FT_MIB rounded up to 1G)", 1),
+	FT(FT_MEMFD1G, "ft-memfd1g",
+	   "first touch: 1G hugetlbfs memfd, never touched (FT_MIB rounded up to 1G)", 1),
 	FT(FT_COW_THP, "cow-thp",
 	   "THP memory written, then write-protected by a fork: MAP_DMA breaks CoW", 2),
 	{ "small-4k", "N x 4K MAP_DMA then N x UNMAP_DMA, pre-faulted 4K anon, per call",

@@ -365,6 +365,26 @@ void *vu_memfd1g_map(size_t size)
 	return memfd_huge_map(size, 1048576);
 }
 
+void *vu_hugetlb_map(size_t size, unsigned long page_kb)
+{
+	size_t page = (size_t)page_kb << 10;
+	void *p;
+	int err;
+
+	if ((page_kb != 2048 && page_kb != 1048576) || !size || size % page) {
+		errno = EINVAL;
+		return NULL;
+	}
+	err = vu_hugepages_reserve(page_kb, size / page);
+	if (err) {
+		errno = -err;
+		return NULL;
+	}
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB |
+		 (page_kb == 2048 ? MAP_HUGE_2MB : MAP_HUGE_1GB), -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
 void *vu_mem_alloc(enum vu_mem_kind kind, size_t size)
 {
 	int prot = PROT_READ | PROT_WRITE;
@@ -382,23 +402,12 @@ void *vu_mem_alloc(enum vu_mem_kind kind, size_t size)
 		p = mmap(NULL, size, prot, MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 		break;
 	case VU_MEM_HUGETLB2M:
-	case VU_MEM_HUGETLB1G: {
-		unsigned long kb = kind == VU_MEM_HUGETLB2M ? 2048 : 1048576;
-
-		step = kb * 1024;
-		if (size % step) {
-			errno = EINVAL;
+	case VU_MEM_HUGETLB1G:
+		step = kind == VU_MEM_HUGETLB2M ? 2UL << 20 : 1UL << 30;
+		p = vu_hugetlb_map(size, step >> 10);
+		if (!p)
 			return NULL;
-		}
-		err = vu_hugepages_reserve(kb, size / step);
-		if (err) {
-			errno = -err;
-			return NULL;
-		}
-		p = mmap(NULL, size, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB |
-			 (kind == VU_MEM_HUGETLB2M ? MAP_HUGE_2MB : MAP_HUGE_1GB), -1, 0);
 		break;
-	}
 	case VU_MEM_MEMFD:
 		fd = memfd_create("foliomap", MFD_CLOEXEC);
 		if (fd < 0)

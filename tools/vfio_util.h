@@ -70,6 +70,8 @@ void *vu_thp_map(size_t size);
 void *vu_memfd2m_map(size_t size);
 /* The same with 1G pages (what QEMU's hugetlbsize=1G memfd backend maps). */
 void *vu_memfd1g_map(size_t size);
+/* Private hugetlbfs (2048 or 1048576 kB pages), the pages reserved first. */
+void *vu_hugetlb_map(size_t size, unsigned long page_kb);
 
 /* Counters that every test and benchmark loop checks for balance. */
 struct vu_counters {
