@@ -495,6 +495,20 @@ static inline bool fm_compat_external_range_wraps(dma_addr_t iova, int npage)
 #endif
 
 /*
+ * The aligned block around the invalid @pfn over which pfn_valid() stays
+ * false: a whole section when the section has no memory map at all (device
+ * memory away from RAM, such as a GPU's BAR), else FM_PFN_VALID_BLOCK.
+ */
+static inline unsigned long fm_compat_invalid_block(unsigned long pfn)
+{
+#ifdef CONFIG_SPARSEMEM
+	if (pfn_to_section_nr(pfn) >= NR_MEM_SECTIONS || !valid_section(__pfn_to_section(pfn)))
+		return PAGES_PER_SECTION;
+#endif
+	return FM_PFN_VALID_BLOCK;
+}
+
+/*
  * Does the calling task place its memory by a task mempolicy of its own
  * (set_mempolicy(), numactl), rather than on the node it runs on? The
  * field exists only with NUMA; every kernel here has it there.
