@@ -33,8 +33,11 @@
  * for 1, 2, 4 ... up to this many batches before trying again.
  */
 #define FM_FAST_BACKOFF_MAX	8
-/* PFNMAP lookups per batch: at most this many pages under one mmap_lock. */
-#define FM_PFNMAP_PAGES	(SZ_1G >> PAGE_SHIFT)
+/*
+ * PFNMAP leaf lookups per batch under one mmap_lock: 1 GiB of ptes, or as
+ * many GiB of huge leaves (a GPU's 64 GiB BAR of 1G leaves is one batch).
+ */
+#define FM_PFNMAP_LOOKUPS	(SZ_1G >> PAGE_SHIFT)
 /* Pages per memfd_pin_folios() batch, charged at once. */
 #define FM_FILEPIN_PAGES	(SZ_1G >> PAGE_SHIFT)
 
@@ -183,7 +186,7 @@ static int fm_follow_pfn(struct vm_area_struct *vma, unsigned long addr,
 /*
  * GUP refuses VM_PFNMAP memory (device BARs): look such pfns up instead,
  * under the caller's single mmap_read_lock, one leaf entry at a time: a
- * huge (PMD/PUD) entry of a BAR gives up to 512 pages per lookup. Only
+ * huge (PMD/PUD) entry of a BAR gives its whole block per lookup. Only
  * memory that is not an ordinary page is accepted. The lock is dropped and
  * taken again when the CPU is wanted elsewhere. Returns the number of
  * pages found, 0 if @vaddr is not in a VM_PFNMAP vma (or on a fatal
@@ -196,9 +199,10 @@ static long fm_fill_pfnmap(struct fm_batch *b, struct mm_struct *mm,
 	struct vm_area_struct *vma = NULL;
 	int ret = 0;
 
+	unsigned long lookups = 0;
+
 	b->pfnmap = true;
-	npage = min_t(unsigned long, npage, FM_PFNMAP_PAGES);
-	while (b->size < npage) {
+	while (b->size < npage && lookups++ < FM_PFNMAP_LOOKUPS) {
 		unsigned long pfn, n, ok;
 
 		/* A GiB of 4K entries is 262144 lookups: let others in between. */
@@ -288,9 +292,21 @@ static long fm_batch_fill_locked(struct fm_batch *b, struct mm_struct *mm,
 				 unsigned long vaddr, unsigned long npage, int prot)
 {
 	unsigned long nr = min(npage, b->capacity);
+	bool pfnmap_first = b->pfnmap;
 	long ret;
 
 	fm_batch_reset(b);
+	/*
+	 * After device memory, most likely more of it (a GPU's BAR is 64
+	 * batches of 1 GiB): look it up first rather than after GUP refused
+	 * it. Anything else is GUP's, as always.
+	 */
+	if (pfnmap_first) {
+		ret = fm_fill_pfnmap(b, mm, vaddr, npage, prot & IOMMU_WRITE);
+		if (ret)
+			return ret;
+		b->pfnmap = false;
+	}
 	if (nr > 1 && fm_inject(FM_INJECT_GUP_SHORT))
 		nr /= 2;
 
@@ -396,7 +412,8 @@ static long fm_batch_pin_fast_locked(struct fm_batch *b, struct mm_struct *mm,
  */
 static bool fm_fast_wanted(struct fm_pinner *p, unsigned long npage)
 {
-	if (p->dma->folio_pins || npage < FM_FAST_MIN_PAGES)
+	/* Nor after a batch of device memory, which GUP-fast refuses. */
+	if (p->dma->folio_pins || npage < FM_FAST_MIN_PAGES || p->batch->pfnmap)
 		return false;
 	if (p->fast_skip) {
 		p->fast_skip--;
@@ -537,8 +554,11 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 	mmap_read_unlock(p->mm);
 	if (n > 0 && dma->folio_pins && !b->pfnmap)
 		fm_batch_one_pin_per_folio(b);
-	/* Not GUP-fast's: for parallel.c's judgement of the work. */
-	if (n > 0)
+	/*
+	 * Not GUP-fast's: for parallel.c's judgement of the work. Device
+	 * memory is looked up in microseconds per GiB: not work for helpers.
+	 */
+	if (n > 0 && !b->pfnmap)
 		p->probe_slow += n;
 	return n;
 }

@@ -495,17 +495,26 @@ static inline bool fm_compat_external_range_wraps(dma_addr_t iova, int npage)
 #endif
 
 /*
- * The aligned block around the invalid @pfn over which pfn_valid() stays
- * false: a whole section when the section has no memory map at all (device
- * memory away from RAM, such as a GPU's BAR), else FM_PFN_VALID_BLOCK.
+ * Where pfn_valid() may next differ after the invalid @pfn: the end of its
+ * FM_PFN_VALID_BLOCK, of its section when the section has no memory map
+ * at all, or of a whole root of sections that has none (device memory
+ * away from RAM, such as a GPU's BAR: 32 GiB a test).
  */
-static inline unsigned long fm_compat_invalid_block(unsigned long pfn)
+static inline unsigned long fm_compat_invalid_end(unsigned long pfn)
 {
 #ifdef CONFIG_SPARSEMEM
-	if (pfn_to_section_nr(pfn) >= NR_MEM_SECTIONS || !valid_section(__pfn_to_section(pfn)))
-		return PAGES_PER_SECTION;
+	unsigned long nr = pfn_to_section_nr(pfn);
+
+	if (nr >= NR_MEM_SECTIONS)
+		return ULONG_MAX;
+#ifdef CONFIG_SPARSEMEM_EXTREME
+	if (!mem_section || !mem_section[SECTION_NR_TO_ROOT(nr)])
+		return section_nr_to_pfn((SECTION_NR_TO_ROOT(nr) + 1) * SECTIONS_PER_ROOT);
 #endif
-	return FM_PFN_VALID_BLOCK;
+	if (!valid_section_nr(nr))
+		return section_nr_to_pfn(nr + 1);
+#endif
+	return ALIGN(pfn + 1, FM_PFN_VALID_BLOCK);
 }
 
 /*

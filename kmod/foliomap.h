@@ -189,14 +189,14 @@ struct fm_vpfn {
 /*
  * How many of the @npage pfns from @pfn (at most) are known not to be
  * valid from one pfn_valid() test: validity is constant over an aligned
- * FM_PFN_VALID_BLOCK, or a whole section without a memory map
- * (fm_compat_invalid_block()). 0 if @pfn is valid (has a struct page).
+ * FM_PFN_VALID_BLOCK, and over sections without a memory map
+ * (fm_compat_invalid_end()). 0 if @pfn is valid (has a struct page).
  */
 static inline unsigned long fm_invalid_pfns(unsigned long pfn, unsigned long npage)
 {
 	if (pfn_valid(pfn))
 		return 0;
-	return min(npage, ALIGN(pfn + 1, fm_compat_invalid_block(pfn)) - pfn);
+	return min(npage, fm_compat_invalid_end(pfn) - pfn);
 }
 
 /* The number of pages from @pfn (at most @n) inside the folio of its page. */
