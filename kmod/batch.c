@@ -297,9 +297,9 @@ static long fm_batch_fill_locked(struct fm_batch *b, struct mm_struct *mm,
 
 	fm_batch_reset(b);
 	/*
-	 * After device memory, most likely more of it (a GPU's BAR is 64
-	 * batches of 1 GiB): look it up first rather than after GUP refused
-	 * it. Anything else is GUP's, as always.
+	 * After device memory, most likely more of it (a BAR of 4K entries
+	 * is a batch per GiB): look it up first rather than after GUP
+	 * refused it. Anything else is GUP's, as always.
 	 */
 	if (pfnmap_first) {
 		ret = fm_fill_pfnmap(b, mm, vaddr, npage, prot & IOMMU_WRITE);
