@@ -111,6 +111,8 @@ bench_guest() {
 	[ -z "${FOLIOMAP_PIN_THREADS:-}" ] || env=(--env "FOLIOMAP_PIN_THREADS=$FOLIOMAP_PIN_THREADS")
 	# The matrix's first-touch size in MiB (matrix-bench's default: 512).
 	[ -z "${FT_MIB:-}" ] || env+=(--env "FT_MIB=$FT_MIB")
+	# Loops of the bar-Ng rows (guest-bench's default: 3).
+	[ -z "${BIG_LOOPS:-}" ] || env+=(--env "BIG_LOOPS=$BIG_LOOPS")
 	echo "$PROG: guest $krel, ${mem}G, backends $backends, loops $loops${det:+, deterministic}" >&2
 	"$REPO/vm/run" --kernel "$kernel" --backend stock --mem "${mem}G" --share "$REPO" \
 		"${det[@]}" "${rig[@]}" "${env[@]}" -- "$REPO/bench/guest-bench" --loops "$loops" \
