@@ -254,6 +254,31 @@ static inline void *th_mem(struct th *t, enum vu_mem_kind kind, size_t size)
 	return th_own_mem(t, p, size);
 }
 
+/* A byte pattern by offset and seed, for data the device copies. */
+static inline char th_pat(size_t i, int seed)
+{
+	return (char)(i * 13 + seed);
+}
+
+static inline void th_fill(char *p, size_t len, int seed)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		p[i] = th_pat(i, seed);
+}
+
+/* Index of the first byte that differs from the pattern, len if none. */
+static inline size_t th_check(const char *p, size_t len, int seed)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		if (p[i] != th_pat(i, seed))
+			break;
+	return i;
+}
+
 /* Anonymous private 4K-aligned memory, every page touched. */
 static inline void *th_anon(struct th *t, size_t size)
 {

@@ -27,30 +27,6 @@
 #define HUGE_IOVA	0x0ULL		/* 1G-aligned, so 1G pages map as 1G */
 #define CNT		0xf00
 
-static char pat(size_t i, int seed)
-{
-	return (char)(i * 13 + seed);
-}
-
-static void fill(char *p, size_t len, int seed)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		p[i] = pat(i, seed);
-}
-
-/* Index of the first byte that differs from the pattern, len if none. */
-static size_t check(const char *p, size_t len, int seed)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		if (p[i] != pat(i, seed))
-			break;
-	return i;
-}
-
 /* @size of address space aligned to @align, PROT_NONE, owned by the harness. */
 static char *region(struct th *t, size_t size, size_t align)
 {
@@ -129,7 +105,7 @@ TEST_V12(private_2m_into_anon)
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 	ASSERT_TRUE(a == b + 2 * SZ_2M);
 	ASSERT_EQ(madvise(a, anon, MADV_NOHUGEPAGE), 0);
-	fill(h, 2 * SZ_2M, 3);
+	th_fill(h, 2 * SZ_2M, 3);
 	memset(a, 0, anon);
 	p = h + SZ_4K;
 
@@ -141,9 +117,9 @@ TEST_V12(private_2m_into_anon)
 	dev_copy(t, &e, HUGE_IOVA + off - SZ_4K, HUGE_IOVA + 2 * SZ_2M - SZ_4K + 0x80, CNT);
 	EXPECT_EQ(memcmp(a + 0x80, h + off, CNT), 0);
 	/* and back, onto the first huge page's last bytes */
-	fill(a + 0x2000, CNT, 9);
+	th_fill(a + 0x2000, CNT, 9);
 	dev_copy(t, &e, HUGE_IOVA + 2 * SZ_2M - SZ_4K + 0x2000, HUGE_IOVA + SZ_2M - SZ_4K - CNT, CNT);
-	EXPECT_EQ(check(h + SZ_2M - CNT, CNT, 9), CNT);
+	EXPECT_EQ(th_check(h + SZ_2M - CNT, CNT, 9), CNT);
 	UNMAP_OK(c, HUGE_IOVA, len);
 	EXPECT_PINS_VMLCK(0, 0);
 }
@@ -203,13 +179,13 @@ TEST(private_1g)
 
 	h = huge_private(t, NULL, SZ_1G, SZ_1G);
 	ASSERT_EQ((uintptr_t)h & (SZ_1G - 1), 0);
-	fill(h + from, CNT, 5);
+	th_fill(h + from, CNT, 5);
 	memset(h + to, 0, CNT);
 	edu_open(t, gfd, &e);
 	MAP_OK(c, HUGE_IOVA, h, SZ_1G);
 	EXPECT_PINS_VMLCK(th_kind_pins(VU_MEM_HUGETLB1G, SZ_1G), SZ_1G >> 10);
 	dev_copy(t, &e, HUGE_IOVA + from, HUGE_IOVA + to, CNT);
-	EXPECT_EQ(check(h + to, CNT, 5), CNT);
+	EXPECT_EQ(th_check(h + to, CNT, 5), CNT);
 	UNMAP_OK(c, HUGE_IOVA, SZ_1G);
 	EXPECT_PINS_VMLCK(0, 0);
 	ASSERT_EQ(munmap(h, SZ_1G), 0);
@@ -217,9 +193,9 @@ TEST(private_1g)
 	h = huge_private(t, NULL, SZ_1G, SZ_1G);
 	MAP_OK(c, HUGE_IOVA, h, SZ_1G);
 	EXPECT_PINS_VMLCK(th_kind_pins(VU_MEM_HUGETLB1G, SZ_1G), SZ_1G >> 10);
-	fill(h + from, CNT, 6);
+	th_fill(h + from, CNT, 6);
 	dev_copy(t, &e, HUGE_IOVA + from, HUGE_IOVA + to, CNT);
-	EXPECT_EQ(check(h + to, CNT, 6), CNT);
+	EXPECT_EQ(th_check(h + to, CNT, 6), CNT);
 	UNMAP_OK(c, HUGE_IOVA, SZ_1G);
 	EXPECT_PINS_VMLCK(0, 0);
 }
@@ -258,10 +234,10 @@ static void memfd_1g_aliases(struct th *t, bool touched)
 	edu_open(t, gfd, &e);
 	MAP_OK(c, HUGE_IOVA, b + SZ_1G - half, 2 * half);
 	EXPECT_PINS_VMLCK(is_foliomap() ? 2 : 2 * half / SZ_4K, 2 * half >> 10);
-	fill(q + 0x2000, CNT, 7);
+	th_fill(q + 0x2000, CNT, 7);
 	dev_copy(t, &e, HUGE_IOVA + half + 0x2000, HUGE_IOVA + 0x3000, CNT);
-	EXPECT_EQ(check(p + SZ_1G - half + 0x3000, CNT, 7), CNT);
-	EXPECT_EQ(check(q + SZ_1G - half + 0x3000, CNT, 7), CNT);
+	EXPECT_EQ(th_check(p + SZ_1G - half + 0x3000, CNT, 7), CNT);
+	EXPECT_EQ(th_check(q + SZ_1G - half + 0x3000, CNT, 7), CNT);
 	UNMAP_OK(c, HUGE_IOVA, 2 * half);
 	EXPECT_PINS_VMLCK(0, 0);
 }

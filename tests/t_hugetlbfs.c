@@ -94,30 +94,6 @@ static void touch_2m(char *p, size_t size)
 		p[off] = 1;
 }
 
-static char pat(size_t i, int seed)
-{
-	return (char)(i * 13 + seed);
-}
-
-static void fill(char *p, size_t len, int seed)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		p[i] = pat(i, seed);
-}
-
-/* Index of the first byte that differs from the pattern, len if none. */
-static size_t check(const char *p, size_t len, int seed)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		if (p[i] != pat(i, seed))
-			break;
-	return i;
-}
-
 /* ------------------------------------------------------------------ */
 /* populated memory: map, counters, unmap */
 
@@ -235,39 +211,39 @@ TEST(memfd2m_private_mapping_cow_dma)
 	fd = memfd2m(t, 2 * SZ_2M);
 	shr = fmap(t, NULL, 2 * SZ_2M, PROT_READ | PROT_WRITE, MAP_SHARED, fd);
 	prv = fmap(t, NULL, 2 * SZ_2M, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd);
-	fill(shr, 2 * SZ_2M, 1);
+	th_fill(shr, 2 * SZ_2M, 1);
 	/* the private mapping maps the page cache folios (read faults) */
-	ASSERT_EQ(check(prv, 2 * SZ_2M, 1), 2 * SZ_2M);
+	ASSERT_EQ(th_check(prv, 2 * SZ_2M, 1), 2 * SZ_2M);
 
 	edu_open(t, gfd, &e);
 	MAP_OK(c, EDU_SRC, src, SZ_4K);
 	MAP_OK(c, EDU_HUGE, prv, 2 * SZ_2M);
 	EXPECT_PINS_VMLCK(1 + exp_pins(2, 1024), 4 + 4096);
 	/* the pins took private copies with the file's data */
-	EXPECT_EQ(check(prv, 2 * SZ_2M, 1), 2 * SZ_2M);
+	EXPECT_EQ(th_check(prv, 2 * SZ_2M, 1), 2 * SZ_2M);
 
 	/* device -> private mapping */
-	fill(src, SZ_4K, 2);
+	th_fill(src, SZ_4K, 2);
 	EDU_FROM_RAM(&e, EDU_SRC, 0, COPY_CNT);
 	EDU_TO_RAM(&e, 0, EDU_HUGE + off, COPY_CNT);
-	EXPECT_EQ(check(prv + off, COPY_CNT, 2), COPY_CNT);
-	EXPECT_EQ(check(prv, off, 1), off);
+	EXPECT_EQ(th_check(prv + off, COPY_CNT, 2), COPY_CNT);
+	EXPECT_EQ(th_check(prv, off, 1), off);
 	/* the page cache (the file) is unchanged */
-	EXPECT_EQ(check(shr, 2 * SZ_2M, 1), 2 * SZ_2M);
+	EXPECT_EQ(th_check(shr, 2 * SZ_2M, 1), 2 * SZ_2M);
 
 	/* CPU write to the private mapping -> device reads it */
-	fill(prv + off2, COPY_CNT, 3);
+	th_fill(prv + off2, COPY_CNT, 3);
 	memset(src, 0, SZ_4K);
 	EDU_FROM_RAM(&e, EDU_HUGE + off2, 0, COPY_CNT);
 	EDU_TO_RAM(&e, 0, EDU_SRC, COPY_CNT);
-	EXPECT_EQ(check(src, COPY_CNT, 3), COPY_CNT);
-	EXPECT_EQ(check(shr, 2 * SZ_2M, 1), 2 * SZ_2M);
+	EXPECT_EQ(th_check(src, COPY_CNT, 3), COPY_CNT);
+	EXPECT_EQ(th_check(shr, 2 * SZ_2M, 1), 2 * SZ_2M);
 
 	UNMAP_OK(c, EDU_HUGE, 2 * SZ_2M);
 	UNMAP_OK(c, EDU_SRC, SZ_4K);
 	EXPECT_PINS_VMLCK(0, 0);
 	/* the private copies stay the process's */
-	EXPECT_EQ(check(prv + off, COPY_CNT, 2), COPY_CNT);
+	EXPECT_EQ(th_check(prv + off, COPY_CNT, 2), COPY_CNT);
 }
 
 /*
@@ -291,17 +267,17 @@ TEST_V12(memfd2m_shared_dma_both_ways)
 	MAP_OK(c, EDU_HUGE, m1, 2 * SZ_2M);
 	EXPECT_PINS_VMLCK(2 + exp_pins(2, 1024), 8 + 4096);
 
-	fill(anon, SZ_4K, 4);
+	th_fill(anon, SZ_4K, 4);
 	EDU_FROM_RAM(&e, EDU_SRC, 0, COPY_CNT);
 	EDU_TO_RAM(&e, 0, EDU_HUGE + off, COPY_CNT);
-	EXPECT_EQ(check(m2 + off, COPY_CNT, 4), COPY_CNT);
-	EXPECT_EQ(check(m1 + off, COPY_CNT, 4), COPY_CNT);
+	EXPECT_EQ(th_check(m2 + off, COPY_CNT, 4), COPY_CNT);
+	EXPECT_EQ(th_check(m1 + off, COPY_CNT, 4), COPY_CNT);
 	EXPECT_EQ(m2[off + COPY_CNT], 0);
 
-	fill(m2 + off2, COPY_CNT, 5);
+	th_fill(m2 + off2, COPY_CNT, 5);
 	EDU_FROM_RAM(&e, EDU_HUGE + off2, 0, COPY_CNT);
 	EDU_TO_RAM(&e, 0, EDU_SRC + SZ_4K, COPY_CNT);
-	EXPECT_EQ(check(anon + SZ_4K, COPY_CNT, 5), COPY_CNT);
+	EXPECT_EQ(th_check(anon + SZ_4K, COPY_CNT, 5), COPY_CNT);
 
 	UNMAP_OK(c, EDU_HUGE, 2 * SZ_2M);
 	UNMAP_OK(c, EDU_SRC, 2 * SZ_4K);
@@ -322,7 +298,7 @@ TEST(memfd2m_read_only_mapping)
 	char *w = fmap(t, NULL, 2 * SZ_2M, PROT_READ | PROT_WRITE, MAP_SHARED, fd);
 	char *r = fmap(t, NULL, 2 * SZ_2M, PROT_READ, MAP_SHARED, fd);
 
-	fill(w, 2 * SZ_2M, 6);
+	th_fill(w, 2 * SZ_2M, 6);
 	edu_open(t, gfd, &e);
 	EXPECT_EQ(vu_map(c, EDU_HUGE, r, 2 * SZ_2M, RW), -EFAULT);
 	EXPECT_EQ(vu_map(c, EDU_HUGE, r, 2 * SZ_2M, VFIO_DMA_MAP_FLAG_WRITE), -EFAULT);
@@ -357,9 +333,9 @@ TEST_V12(memfd2m_file_offset)
 	if (m == MAP_FAILED)
 		FAIL("mmap at file offset 2M: %s", strerror(errno));
 	th_own_mem(t, m, msize);
-	/* each folio its own pattern: folio f at offset x holds pat(x, 20 + f) */
+	/* each folio its own pattern: folio f at offset x holds th_pat(x, 20 + f) */
 	for (f = 0; f < fsize / SZ_2M; f++)
-		fill(whole + f * SZ_2M, SZ_2M, 20 + f);
+		th_fill(whole + f * SZ_2M, SZ_2M, 20 + f);
 	edu_open(t, gfd, &e);
 	MAP_OK(c, EDU_SRC, src, SZ_4K);
 	/* file offsets [4M - 4K, 6M): the last page of folio 1 and folio 2 */
@@ -369,15 +345,15 @@ TEST_V12(memfd2m_file_offset)
 	EDU_FROM_RAM(&e, EDU_HUGE, 0, COPY_CNT);
 	EDU_TO_RAM(&e, 0, EDU_SRC, COPY_CNT);
 	EXPECT_EQ(memcmp(src, whole + 2 * SZ_2M - SZ_4K, COPY_CNT), 0);
-	EXPECT_EQ((unsigned char)src[0], (unsigned char)pat(SZ_2M - SZ_4K, 21));
+	EXPECT_EQ((unsigned char)src[0], (unsigned char)th_pat(SZ_2M - SZ_4K, 21));
 	/* device writes 0x3000 into folio 2 */
-	fill(src, COPY_CNT, 30);
+	th_fill(src, COPY_CNT, 30);
 	EDU_FROM_RAM(&e, EDU_SRC, 0, COPY_CNT);
 	EDU_TO_RAM(&e, 0, EDU_HUGE + SZ_4K + 0x3000, COPY_CNT);
-	EXPECT_EQ(check(whole + 2 * SZ_2M + 0x3000, COPY_CNT, 30), COPY_CNT);
+	EXPECT_EQ(th_check(whole + 2 * SZ_2M + 0x3000, COPY_CNT, 30), COPY_CNT);
 	/* folio 0 and 3 untouched */
-	EXPECT_EQ(check(whole, SZ_2M, 20), SZ_2M);
-	EXPECT_EQ(check(whole + 3 * SZ_2M, SZ_2M, 23), SZ_2M);
+	EXPECT_EQ(th_check(whole, SZ_2M, 20), SZ_2M);
+	EXPECT_EQ(th_check(whole + 3 * SZ_2M, SZ_2M, 23), SZ_2M);
 	UNMAP_OK(c, EDU_HUGE, SZ_2M + SZ_4K);
 	UNMAP_OK(c, EDU_SRC, SZ_4K);
 	EXPECT_PINS_VMLCK(0, 0);
@@ -518,15 +494,15 @@ static void anon_4k(struct th *t, char *at, size_t size)
 static void dma_across(struct th *t, struct edu *e, char *src, char *seam,
 		       uint64_t iova_seam, int seed)
 {
-	fill(src, COPY_CNT, seed);
+	th_fill(src, COPY_CNT, seed);
 	EDU_FROM_RAM(e, EDU_SRC, 0, COPY_CNT);
 	EDU_TO_RAM(e, 0, iova_seam - 0x800, COPY_CNT);
-	EXPECT_EQ(check(seam - 0x800, COPY_CNT, seed), COPY_CNT);
-	fill(seam - 0x800, COPY_CNT, seed + 1);
+	EXPECT_EQ(th_check(seam - 0x800, COPY_CNT, seed), COPY_CNT);
+	th_fill(seam - 0x800, COPY_CNT, seed + 1);
 	memset(src, 0, SZ_4K);
 	EDU_FROM_RAM(e, iova_seam - 0x800, 0, COPY_CNT);
 	EDU_TO_RAM(e, 0, EDU_SRC, COPY_CNT);
-	EXPECT_EQ(check(src, COPY_CNT, seed + 1), COPY_CNT);
+	EXPECT_EQ(th_check(src, COPY_CNT, seed + 1), COPY_CNT);
 }
 
 /* [hugetlbfs 2M][anon 16 x 4K]: starts in shared hugetlbfs */
