@@ -10,12 +10,20 @@
  * device reads and writes through the IOMMU shows that the pages taken
  * from the folio are those the CPU sees at the same addresses.
  *
+ * Faulting untouched huge pages in is done under mmap_lock; a writer of
+ * the same process (another thread's mmap) gets in between them, as
+ * under stock.
+ *
  * Every page is reserved first (tests/check boots the guests with one 1G
  * page in the pool; the 2M pool grows on demand); a test SKIPs only when
  * the pool cannot give the pages.
  */
 #include "common.h"
 #include "edu.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 
 #ifndef MAP_HUGE_SHIFT
 #define MAP_HUGE_SHIFT	26
@@ -244,5 +252,68 @@ static void memfd_1g_aliases(struct th *t, bool touched)
 
 TEST(memfd_1g_aliases_present) { memfd_1g_aliases(t, true); }
 TEST(memfd_1g_aliases_untouched) { memfd_1g_aliases(t, false); }
+
+/*
+ * A second thread of the process mmaps and munmaps (mmap_lock for write)
+ * while the main thread maps 256 untouched private 2M pages, each faulted
+ * in and zeroed under mmap_lock for read. Stock pins one huge page per
+ * GUP call and drops the lock in between; foliomap's fill goes on to the
+ * next page only while no writer waits (kmod/hugepin.c). Either way the
+ * writer must get in during the map, not once per fill of up to 1 GiB:
+ * at least 4 of its mmap/munmap pairs complete between the MAP_DMA's
+ * start and end. This counts what got in, not how long it took.
+ */
+struct writer {
+	atomic_int state;	/* 0 wait, 1 MAP_DMA running, 2 stop */
+	atomic_long during;	/* mmap/munmap pairs while state was 1 */
+	atomic_int started;
+	int err;
+};
+
+static void *writer_fn(void *arg)
+{
+	struct writer *w = arg;
+
+	atomic_store(&w->started, 1);
+	while (atomic_load(&w->state) != 2) {
+		int was = atomic_load(&w->state);
+		void *p = mmap(NULL, SZ_4K, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (p == MAP_FAILED || munmap(p, SZ_4K)) {
+			w->err = errno;
+			break;
+		}
+		/* Started and finished while the map ran. */
+		if (was == 1 && atomic_load(&w->state) == 1)
+			atomic_fetch_add(&w->during, 1);
+	}
+	return NULL;
+}
+
+TEST(private_2m_first_touch_lets_writers_in)
+{
+	const size_t len = 256 * SZ_2M;
+	struct writer w = { 0 };
+	int c = th_container(t);
+	char *h = huge_private(t, NULL, len, SZ_2M);
+	pthread_t thr;
+	int err;
+
+	ASSERT_EQ(pthread_create(&thr, NULL, writer_fn, &w), 0);
+	while (!atomic_load(&w.started))
+		sched_yield();
+	atomic_store(&w.state, 1);
+	err = vu_map(c, IOVA_B, h, len, RW);
+	atomic_store(&w.state, 2);
+	pthread_join(thr, NULL);
+	ASSERT_EQ(err, 0);
+	EXPECT_EQ(w.err, 0);
+	th_diag("writer's mmap/munmap pairs during the map of 256 untouched 2M pages: %ld",
+		atomic_load(&w.during));
+	EXPECT_GE(atomic_load(&w.during), 4);
+	EXPECT_PINS_VMLCK(th_kind_pins(VU_MEM_HUGETLB2M, len), len >> 10);
+	UNMAP_OK(c, IOVA_B, len);
+	EXPECT_PINS_VMLCK(0, 0);
+}
 
 TEST_HARNESS_MAIN
