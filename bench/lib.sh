@@ -106,7 +106,13 @@ bench_guest() {
 		g=$(awk -v g="$max" 'BEGIN { printf "%d", (g == int(g)) ? g : int(g) + 1 }')
 		rig+=(--hugepages-1g "$g")
 		mem=$((mem + g))
+	elif [[ " ${modes:-} " == *" alias1g "* ]]; then
+		rig+=(--hugepages-1g 1)
+		mem=$((mem + 1))
 	fi
+	# alias1g: up to a terabyte of IOVA from 4 GiB on, beyond the
+	# emulated IOMMU's default 39 bits (512 GiB).
+	[[ " ${modes:-} " != *" alias1g "* ]] || rig+=(--aw-bits 48)
 	# foliomap's helper threads (bench/switch-backend sets them): 0 is off.
 	[ -z "${FOLIOMAP_PIN_THREADS:-}" ] || env=(--env "FOLIOMAP_PIN_THREADS=$FOLIOMAP_PIN_THREADS")
 	# The matrix's first-touch size in MiB (matrix-bench's default: 512).

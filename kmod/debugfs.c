@@ -10,6 +10,7 @@
  *   mapped_pages    pages of those mappings in the IOMMU (pinned, or
  *                   device memory)
  *   locked_pages    pages charged to the owners' locked memory
+ *   record_bytes    memory of the mappings' run records (record.c)
  *   map_calls       successful MAP_DMA (new mappings; not VADDR updates)
  *   unmap_calls     successful UNMAP_DMA that removed something
  *   runs_mapped     physically contiguous runs mapped by the pin pipeline
@@ -40,7 +41,7 @@ static int fm_stats_show(struct seq_file *m, void *unused)
 {
 	struct fm_iommu *iommu = m->private;
 	struct fm_stats s;
-	u64 mapped = 0, locked = 0, mappings = 0, domains = 0;
+	u64 mapped = 0, locked = 0, mappings = 0, domains = 0, record = 0;
 	struct fm_domain *domain;
 	struct rb_node *n;
 
@@ -55,12 +56,14 @@ static int fm_stats_show(struct seq_file *m, void *unused)
 		if (dma->iommu_mapped)
 			mapped += dma->size >> PAGE_SHIFT;
 		locked += dma->locked_vm;
+		record += (u64)dma->rec_max * sizeof(*dma->rec);
 	}
 	mutex_unlock(&iommu->lock);
 
 	seq_printf(m, "mappings %llu\n", mappings);
 	seq_printf(m, "mapped_pages %llu\n", mapped);
 	seq_printf(m, "locked_pages %llu\n", locked);
+	seq_printf(m, "record_bytes %llu\n", record);
 	seq_printf(m, "map_calls %llu\n", s.map_calls);
 	seq_printf(m, "unmap_calls %llu\n", s.unmap_calls);
 	seq_printf(m, "runs_mapped %llu\n", s.runs_mapped);

@@ -50,6 +50,8 @@ TEST(debugfs_container_counters)
 	EXPECT_GE(runs, 1);
 	EXPECT_LE(runs, THP_SIZE / SZ_2M);
 	EXPECT_EQ(stat_of(id, "batch_pages"), THP_SIZE / SZ_4K);
+	/* The run record: at least one 16-byte entry, at most one per run. */
+	EXPECT_GE(stat_of(id, "record_bytes"), 16);
 	/*
 	 * GUP batches of 1024 page pointers (4 MiB of 4K pages) each; pinned
 	 * in parallel (run-all's pin_parallel_min_mb), batches also end at
@@ -80,6 +82,7 @@ TEST(debugfs_container_counters)
 	EXPECT_EQ(stat_of(id, "mappings"), 0);
 	EXPECT_EQ(stat_of(id, "mapped_pages"), 0);
 	EXPECT_EQ(stat_of(id, "locked_pages"), 0);
+	EXPECT_EQ(stat_of(id, "record_bytes"), 0);
 	/* A failed unmap counts nothing. */
 	UNMAP_RANGE(c, IOVA_B, 16 * SZ_4K, 0);
 	EXPECT_EQ(stat_of(id, "unmap_calls"), 2);

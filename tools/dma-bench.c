@@ -13,12 +13,19 @@
  * --switch-cmd script is run as "sh SCRIPT BACKEND" to load or unload
  * foliomap; the active backend is then verified from /sys/module.
  *
+ * Mode alias1g maps a terabyte-sized IOVA range out of the one 1G page a
+ * guest can spare: a 1G memfd page mapped at every GiB of the buffer.
+ * --latency runs a cyclictest-like probe on every CPU (latprobe.c) and
+ * gives, per step, the latest wakeup during MAP_DMA and during UNMAP_DMA:
+ * about the longest stretch the kernel ran without a preemption point.
+ *
  * Exit status: 0 all good, 1 a leak or a failed ioctl, 2 usage or setup error.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <glob.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdbool.h>
@@ -31,6 +38,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "latprobe.h"
 #include "vfio_util.h"
 
 #define SZ_2M		(2ULL << 20)
@@ -38,6 +46,8 @@
 #define MAX_BACKENDS	2
 /* "bar": a PCI BAR (VM_PFNMAP device memory) instead of a kind of RAM. */
 #define MODE_BAR	((enum vu_mem_kind)VU_MEM_NKINDS)
+/* "alias1g": --gib GiB of buffer, each GiB of it the same 1G memfd page. */
+#define MODE_ALIAS1G	((enum vu_mem_kind)(VU_MEM_NKINDS + 1))
 #define MAX_MODES	12
 #define CAP_IPC_LOCK_BIT 14
 
@@ -63,6 +73,9 @@ struct opts {
 	uint64_t bar_bytes[MAX_MODES];
 	uint64_t bar_size;	/* the bar mode running: bytes mapped */
 	char bar_name[24];	/* ... and its name, "bar" or "bar-64g" */
+	long latency_us;	/* --latency: the probe's period, 0 without */
+	struct latprobe *lp;	/* ... and the probe, running */
+	double lat_floor_us;	/* its latest wakeup over 0.5 s of nothing */
 };
 
 /* The results of one backend on one mode. */
@@ -70,6 +83,9 @@ struct series {
 	const char *backend;
 	double *map_s;
 	double *unmap_s;
+	double *map_lat_us;	/* --latency: latest probe wakeup per step */
+	double *unmap_lat_us;
+	long long record_bytes;	/* foliomap's run record while mapped, -1 unknown */
 	int n;
 	int warmup;		/* untimed loops still to run */
 	long long pin_leak;	/* pages, summed over loops */
@@ -87,7 +103,10 @@ static int series_init(const struct opts *o, struct series *s)
 		s[b].warmup = o->warmup;
 		s[b].map_s = calloc(o->loops, sizeof(double));
 		s[b].unmap_s = calloc(o->loops, sizeof(double));
-		if (!s[b].map_s || !s[b].unmap_s)
+		s[b].map_lat_us = calloc(o->loops, sizeof(double));
+		s[b].unmap_lat_us = calloc(o->loops, sizeof(double));
+		s[b].record_bytes = -1;
+		if (!s[b].map_s || !s[b].unmap_s || !s[b].map_lat_us || !s[b].unmap_lat_us)
 			return -ENOMEM;
 	}
 	return 0;
@@ -102,7 +121,7 @@ static void usage(FILE *f)
 "usage: dma-bench [--group N | --device BDF] [--gib G] [--loops L] [--warmup W]\n"
 "                 [--iova ADDR] [--type1 v1|v2] [--modes thp,populate,hugetlb2m,hugetlb1g,memfd,memfd2m,memfd1g]\n"
 "                 [--backends stock,foliomap --switch-cmd SCRIPT] [--json] [--label NAME]\n"
-"                 [--bar-device BDF] [--bar-index N] [--no-step-warmup]\n"
+"                 [--bar-device BDF] [--bar-index N] [--no-step-warmup] [--latency[=US]]\n"
 "\n"
 "  --group N        VFIO group to attach (default: first of $VFIO_GROUPS)\n"
 "  --device BDF     PCI device whose IOMMU group to use, e.g. 0000:00:03.0\n"
@@ -124,6 +143,13 @@ static void usage(FILE *f)
 "                   vm/run --ivshmem) through a container holding that device's\n"
 "                   own group; --gib does not apply\n"
 "  mode bar-Ng      the same with N GiB of the BAR (bar-64g: a GPU's BAR)\n"
+"  mode alias1g     --gib whole GiB of buffer, each GiB the same 1G memfd page\n"
+"                   (one 1G page from the pool maps a terabyte of IOVA; needs the\n"
+"                   IOMMU's 48-bit width for more than about 500 GiB at 4 GiB)\n"
+"  --latency[=US]   a SCHED_FIFO probe thread per CPU wakes every US microseconds\n"
+"                   (default 500) and the JSON gives its latest wakeup during each\n"
+"                   MAP_DMA and UNMAP_DMA (map_maxlat_us, unmap_maxlat_us): about\n"
+"                   the longest stretch without a preemption point\n"
 "  --bar-index N    the BAR for mode bar (default 2: ivshmem's shared memory)\n"
 "  --no-step-warmup no untimed 8 MiB map/unmap before each timed step (it keeps\n"
 "                   TCG's retranslation of a just-reloaded module out of the times)\n");
@@ -134,11 +160,15 @@ static void usage(FILE *f)
 
 static const char *mode_name(const struct opts *o, enum vu_mem_kind kind)
 {
+	if (kind == MODE_ALIAS1G)
+		return "alias1g";
 	return kind == MODE_BAR ? o->bar_name : vu_mem_name(kind);
 }
 
 static const char *mode_header(enum vu_mem_kind kind)
 {
+	if (kind == MODE_ALIAS1G)
+		return "MEMFD HUGETLB 1G ALIASES";
 	switch (kind) {
 	case VU_MEM_THP:	return "MADV_HUGEPAGE";
 	case VU_MEM_POPULATE:	return "MAP_POPULATE";
@@ -339,12 +369,41 @@ static int step_warmup(const struct opts *o, int c, void *buf, uint64_t size)
 	return err;
 }
 
-/* One step's counters before it, its times and its UNMAP_DMA error. */
+/*
+ * One step's counters before it, its times (UNMAP_DMA from t1b: the
+ * record is read in between), the probe's latest wakeups (ns) and its
+ * UNMAP_DMA error.
+ */
 struct step {
 	struct vu_counters before;
-	double t0, t1, t2;
+	double t0, t1, t1b, t2;
+	long long map_lat, unmap_lat;
+	long long record;
 	int err;
 };
+
+/*
+ * The bytes of foliomap's run records (debugfs stats record_bytes) over
+ * its containers, -1 without debugfs. The bench's container is the only
+ * one with mappings.
+ */
+static long long foliomap_record_bytes(void)
+{
+	long long sum = -1;
+	glob_t g;
+	size_t i;
+
+	if (glob("/sys/kernel/debug/foliomap/*/stats", 0, NULL, &g))
+		return -1;
+	for (i = 0; i < g.gl_pathc; i++) {
+		long long v = vu_read_key(g.gl_pathv[i], "record_bytes");
+
+		if (v >= 0)
+			sum = (sum < 0 ? 0 : sum) + v;
+	}
+	globfree(&g);
+	return sum;
+}
 
 /*
  * The timed part of one step, in container @c (whose counters it reads
@@ -368,9 +427,13 @@ static int step_run(const struct opts *o, int c, void *buf, uint64_t size, const
 		s->failures++;
 		return -EIO;
 	}
+	if (o->lp)
+		latprobe_reset(o->lp);
 	st->t0 = vu_now();
 	err = vu_map(c, o->iova, buf, size, VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE);
 	st->t1 = vu_now();
+	if (o->lp)
+		st->map_lat = latprobe_max_ns(o->lp);
 	if (err) {
 		fprintf(stderr, "dma-bench: ERROR: %s %s loop %d: MAP_DMA failed: %s\n",
 			s->backend, what, loop + 1, strerror(-err));
@@ -379,8 +442,14 @@ static int step_run(const struct opts *o, int c, void *buf, uint64_t size, const
 		s->failures++;
 		return err;
 	}
+	st->record = strcmp(s->backend, "foliomap") ? -1 : foliomap_record_bytes();
+	if (o->lp)
+		latprobe_reset(o->lp);
+	st->t1b = vu_now();
 	st->err = vu_unmap(c, o->iova, size, 0, &unmapped);
 	st->t2 = vu_now();
+	if (o->lp)
+		st->unmap_lat = latprobe_max_ns(o->lp);
 	if (st->err || unmapped != size) {
 		fprintf(stderr, "dma-bench: ERROR: %s %s loop %d: UNMAP_DMA %s, %" PRIu64
 			" of %" PRIu64 " bytes unmapped\n", s->backend, what,
@@ -416,7 +485,11 @@ static int step_done(const char *what, int loop, struct series *s, const struct 
 		return st->err;
 	}
 	s->map_s[s->n] = st->t1 - st->t0;
-	s->unmap_s[s->n] = st->t2 - st->t1;
+	s->unmap_s[s->n] = st->t2 - st->t1b;
+	s->map_lat_us[s->n] = st->map_lat / 1e3;
+	s->unmap_lat_us[s->n] = st->unmap_lat / 1e3;
+	if (st->record > s->record_bytes)
+		s->record_bytes = st->record;
 	s->n++;
 	return st->err;
 }
@@ -458,6 +531,14 @@ static void print_summary(const struct opts *o, enum vu_mem_kind kind, const str
 	fprintf(human, "VFIO UNMAP DMA in %.3f s (%.1f GB/s)\n", uav, o->gib / uav);
 	fprintf(human, "MAP   min %.4f median %.4f max %.4f s\n", mn, md, mx);
 	fprintf(human, "UNMAP min %.4f median %.4f max %.4f s\n", umn, umd, umx);
+	if (o->lp) {
+		vu_stats(s->map_lat_us, s->n, &mn, &md, &mx, &av);
+		vu_stats(s->unmap_lat_us, s->n, &umn, &umd, &umx, &uav);
+		fprintf(human, "LATENCY (latest probe wakeup, floor %.0f us): MAP max %.0f us, "
+			"UNMAP max %.0f us\n", o->lat_floor_us, mx, umx);
+	}
+	if (s->record_bytes >= 0)
+		fprintf(human, "RUN RECORD %lld bytes while mapped\n", s->record_bytes);
 	fflush(human);
 }
 
@@ -481,6 +562,15 @@ static void print_json(const struct opts *o, enum vu_mem_kind kind, const struct
 	print_array(s->map_s, s->n);
 	printf(", \"unmap_s\": ");
 	print_array(s->unmap_s, s->n);
+	if (o->lp) {
+		printf(", \"preempt\": \"%s\", \"latency_floor_us\": %.1f, \"map_maxlat_us\": ",
+		       latprobe_preempt_model(), o->lat_floor_us);
+		print_array(s->map_lat_us, s->n);
+		printf(", \"unmap_maxlat_us\": ");
+		print_array(s->unmap_lat_us, s->n);
+	}
+	if (s->record_bytes >= 0)
+		printf(", \"record_bytes\": %lld", s->record_bytes);
 	printf(", \"map_median_s\": %.6f, \"unmap_median_s\": %.6f, "
 	       "\"pin_leak_pages\": %lld, \"locked_vm_leak_pages\": %lld}\n",
 	       vu_median(s->map_s, s->n), vu_median(s->unmap_s, s->n),
@@ -525,6 +615,8 @@ static void report_series(const struct opts *o, enum vu_mem_kind kind, struct se
 			*bad = 1;
 		free(s[b].map_s);
 		free(s[b].unmap_s);
+		free(s[b].map_lat_us);
+		free(s[b].unmap_lat_us);
 	}
 }
 
@@ -544,6 +636,8 @@ static int mem_step(const struct opts *o, struct series *s, int loop, void *arg)
 /* hugetlbfs kinds: their page size in kB, else 0. */
 static unsigned long huge_kb(enum vu_mem_kind kind)
 {
+	if (kind == MODE_ALIAS1G)
+		return 1048576;
 	switch (kind) {
 	case VU_MEM_HUGETLB2M:
 	case VU_MEM_MEMFD2M:
@@ -581,6 +675,50 @@ static void hugepage_paths(enum vu_mem_kind kind, char *nr, char *fr, size_t len
 }
 
 /*
+ * Mode alias1g: @size bytes of address space, 1G-aligned, each GiB of it
+ * a MAP_SHARED mapping of the same 1G memfd page, all faulted in (one 1G
+ * leaf per GiB). The page stays while any alias maps it.
+ */
+static void *alias1g_map(uint64_t size)
+{
+	char *resv, *p;
+	uint64_t off;
+	int fd, err;
+
+	fd = vu_memfd_huge_create(SZ_1G, 1048576);
+	if (fd < 0) {
+		errno = -fd;
+		return NULL;
+	}
+	resv = mmap(NULL, size + SZ_1G, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		    -1, 0);
+	if (resv == MAP_FAILED)
+		goto fail;
+	p = (char *)(((uintptr_t)resv + SZ_1G - 1) & ~(uintptr_t)(SZ_1G - 1));
+	if (p > resv)
+		munmap(resv, p - resv);
+	munmap(p + size, SZ_1G - (p - resv));
+	for (off = 0; off < size; off += SZ_1G) {
+		if (mmap(p + off, SZ_1G, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
+		    MAP_FAILED) {
+			err = errno;
+			munmap(p, size);
+			errno = err;
+			goto fail;
+		}
+		*(volatile char *)(p + off) = 1;
+	}
+	close(fd);
+	return p;
+
+fail:
+	err = errno;
+	close(fd);
+	errno = err;
+	return NULL;
+}
+
+/*
  * Returns 0 done, <0 setup error (exit 2). Leaks and failed
  * ioctls are reported and set *bad.
  */
@@ -608,10 +746,10 @@ static int run_mode(const struct opts *o, enum vu_mem_kind kind, uint64_t size, 
 	}
 
 	t = vu_now();
-	buf = vu_mem_alloc(kind, size);
+	buf = kind == MODE_ALIAS1G ? alias1g_map(size) : vu_mem_alloc(kind, size);
 	if (!buf) {
 		int err = errno;
-		unsigned long long n = size / (gigantic ? SZ_1G : SZ_2M);
+		unsigned long long n = kind == MODE_ALIAS1G ? 1 : size / (gigantic ? SZ_1G : SZ_2M);
 
 		if (huge) {
 			long long fr = vu_read_number(free_path);
@@ -822,6 +960,10 @@ static int parse_modes(struct opts *o, const char *arg)
 		unsigned long long g;
 		char unit;
 
+		if (!strcmp(tok, "alias1g") && o->nmodes < MAX_MODES) {
+			o->modes[o->nmodes++] = MODE_ALIAS1G;
+			continue;
+		}
 		if (!strcmp(tok, "bar") && o->nmodes < MAX_MODES) {
 			o->bar_bytes[o->nmodes] = 0;
 			o->modes[o->nmodes++] = MODE_BAR;
@@ -835,7 +977,7 @@ static int parse_modes(struct opts *o, const char *arg)
 		}
 		if (o->nmodes == MAX_MODES || vu_mem_parse(tok, &o->modes[o->nmodes])) {
 			fprintf(stderr, "dma-bench: unknown mode '%s' (thp, populate, hugetlb2m, "
-				"hugetlb1g, memfd, memfd2m, memfd1g, bar, bar-Ng)\n", tok);
+				"hugetlb1g, memfd, memfd2m, memfd1g, bar, bar-Ng, alias1g)\n", tok);
 			free(dup);
 			return -EINVAL;
 		}
@@ -909,6 +1051,7 @@ int main(int argc, char **argv)
 		{ "bar-device",	required_argument, NULL, 'B' },
 		{ "bar-index",	required_argument, NULL, 'I' },
 		{ "no-step-warmup", no_argument,  NULL, 'N' },
+		{ "latency",	optional_argument, NULL, 'T' },
 		{ "help",	no_argument,	   NULL, 'h' },
 		{ 0 }
 	};
@@ -917,6 +1060,7 @@ int main(int argc, char **argv)
 		.type = VFIO_TYPE1v2_IOMMU, .bar_index = 2, .step_warmup = true,
 	};
 	int c, i, bad = 0, ret = 0;
+	struct latprobe lp;
 	uint64_t size;
 	char *end;
 
@@ -982,6 +1126,11 @@ int main(int argc, char **argv)
 		case 'N':
 			o.step_warmup = false;
 			break;
+		case 'T':
+			o.latency_us = optarg ? strtol(optarg, &end, 10) : 500;
+			if ((optarg && *end) || o.latency_us < 10)
+				goto bad_arg;
+			break;
 		case 'I':
 			o.bar_index = strtol(optarg, &end, 10);
 			if (*end || o.bar_index < 0 || o.bar_index > 5)
@@ -1034,6 +1183,22 @@ int main(int argc, char **argv)
 		fprintf(human, " %s", o.backends[i]);
 	fprintf(human, "\n");
 
+	if (o.latency_us) {
+		ret = latprobe_start(&lp, o.latency_us);
+		if (ret) {
+			fprintf(stderr, "dma-bench: --latency: cannot start a SCHED_FIFO thread per "
+				"CPU: %s (root, or CAP_SYS_NICE)\n", strerror(-ret));
+			return 2;
+		}
+		/* What a wakeup costs with nothing else to do (once settled). */
+		usleep(100000);
+		latprobe_reset(&lp);
+		usleep(500000);
+		o.lat_floor_us = latprobe_max_ns(&lp) / 1e3;
+		o.lp = &lp;
+		fprintf(human, "# latency probe: every %ld us on %d CPUs, preempt=%s, floor %.0f us\n",
+			o.latency_us, lp.ncpus, latprobe_preempt_model(), o.lat_floor_us);
+	}
 	for (i = 0; i < o.nmodes; i++) {
 		if (o.modes[i] == MODE_BAR)
 			ret = run_bar_mode(&o, i, &bad);
@@ -1042,6 +1207,8 @@ int main(int argc, char **argv)
 		if (ret < 0)
 			break;
 	}
+	if (o.lp)
+		latprobe_stop(&lp);
 	if (ret < 0)
 		return 2;
 	if (bad) {
