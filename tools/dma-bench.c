@@ -73,6 +73,7 @@ struct opts {
 	uint64_t bar_bytes[MAX_MODES];
 	uint64_t bar_size;	/* the bar mode running: bytes mapped */
 	char bar_name[24];	/* ... and its name, "bar" or "bar-64g" */
+	const char *after_map;	/* --after-map: a command run while mapped */
 	long latency_us;	/* --latency: the probe's period, 0 without */
 	struct latprobe *lp;	/* ... and the probe, running */
 	double lat_floor_us;	/* its latest wakeup over 0.5 s of nothing */
@@ -122,6 +123,7 @@ static void usage(FILE *f)
 "                 [--iova ADDR] [--type1 v1|v2] [--modes thp,populate,hugetlb2m,hugetlb1g,memfd,memfd2m,memfd1g]\n"
 "                 [--backends stock,foliomap --switch-cmd SCRIPT] [--json] [--label NAME]\n"
 "                 [--bar-device BDF] [--bar-index N] [--no-step-warmup] [--latency[=US]]\n"
+"                 [--after-map CMD]\n"
 "\n"
 "  --group N        VFIO group to attach (default: first of $VFIO_GROUPS)\n"
 "  --device BDF     PCI device whose IOMMU group to use, e.g. 0000:00:03.0\n"
@@ -146,6 +148,8 @@ static void usage(FILE *f)
 "  mode alias1g     --gib whole GiB of buffer, each GiB the same 1G memfd page\n"
 "                   (one 1G page from the pool maps a terabyte of IOVA; needs the\n"
 "                   IOMMU's 48-bit width for more than about 500 GiB at 4 GiB)\n"
+"  --after-map CMD  run \"CMD BACKEND MODE IOVA BYTES\" (sh) after each MAP_DMA,\n"
+"                   before its UNMAP_DMA, untimed: e.g. to read the IOMMU's tables\n"
 "  --latency[=US]   a SCHED_FIFO probe thread per CPU wakes every US microseconds\n"
 "                   (default 500) and the JSON gives its latest wakeup during each\n"
 "                   MAP_DMA and UNMAP_DMA (map_maxlat_us, unmap_maxlat_us): about\n"
@@ -443,6 +447,15 @@ static int step_run(const struct opts *o, int c, void *buf, uint64_t size, const
 		return err;
 	}
 	st->record = strcmp(s->backend, "foliomap") ? -1 : foliomap_record_bytes();
+	if (o->after_map) {
+		char cmd[512];
+
+		snprintf(cmd, sizeof(cmd), "%s %s %s 0x%" PRIx64 " %" PRIu64, o->after_map,
+			 s->backend, what, o->iova, size);
+		fflush(NULL);
+		if (system(cmd))
+			fprintf(stderr, "dma-bench: --after-map command failed: %s\n", cmd);
+	}
 	if (o->lp)
 		latprobe_reset(o->lp);
 	st->t1b = vu_now();
@@ -1052,6 +1065,7 @@ int main(int argc, char **argv)
 		{ "bar-index",	required_argument, NULL, 'I' },
 		{ "no-step-warmup", no_argument,  NULL, 'N' },
 		{ "latency",	optional_argument, NULL, 'T' },
+		{ "after-map",	required_argument, NULL, 'A' },
 		{ "help",	no_argument,	   NULL, 'h' },
 		{ 0 }
 	};
@@ -1125,6 +1139,9 @@ int main(int argc, char **argv)
 			break;
 		case 'N':
 			o.step_warmup = false;
+			break;
+		case 'A':
+			o.after_map = optarg;
 			break;
 		case 'T':
 			o.latency_us = optarg ? strtol(optarg, &end, 10) : 500;
