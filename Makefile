@@ -3,7 +3,7 @@
 # make              build the module (for KERNEL) and the userspace tools
 # make check        install what is needed, build, boot guests, run every test
 #                   against stock type1 and foliomap on every kernel of KERNELS
-#                   (default 6.12 6.1 6.12-deb13 7.x; KERNEL=7.x alone), plus the
+#                   (default 6.12 6.1 6.12-rt 6.12-deb13 7.x; KERNEL=7.x alone), plus the
 #                   host-side tests (DKMS install, .deb, style); ends "N passed, N failed"
 # make check-scale  t_scale alone (also part of make check), both backends, every
 #                   kernel of KERNELS; FOLIOMAP_SCALE_2M=262144 FOLIOMAP_SCALE_4G=256
@@ -34,7 +34,7 @@
 #
 KERNEL ?= 6.12
 # make check: every kernel here, or just KERNEL when it is given.
-KERNELS ?= $(if $(filter command line environment,$(origin KERNEL)),$(KERNEL),6.12 6.1 6.12-deb13 7.x)
+KERNELS ?= $(if $(filter command line environment,$(origin KERNEL)),$(KERNEL),6.12 6.1 6.12-rt 6.12-deb13 7.x)
 
 # Resolved lazily: the kernel may only be installed by vm/install-deps.
 KVER = $(shell vm/kver $(KERNEL))

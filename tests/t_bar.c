@@ -120,7 +120,7 @@ static char *mixed_layout(struct th *t, int dev, bool thp_head, size_t tail,
 	th_own_mem(t, res, *len + SZ_2M);
 	p = (char *)(((uintptr_t)res + SZ_2M - 1) & ~(SZ_2M - 1));
 	if (thp_head)
-		ASSERT_EQ(madvise(p, head, MADV_HUGEPAGE), 0);
+		ASSERT_EQ(vu_madvise_thp(p, head, MADV_HUGEPAGE), 0);
 	for (off = 0; off < head; off += SZ_4K)
 		p[off] = 1;
 	ASSERT_EQ(th_bar_mmap(t, dev, VFIO_PCI_BAR0_REGION_INDEX, p + head, &size), p + head);

@@ -1306,7 +1306,7 @@ static void *uffd_mem(struct th *t, size_t size, int *uffd)
 
 	ASSERT_NE(p, MAP_FAILED);
 	th_own_mem(t, p, size);
-	ASSERT_EQ(madvise(p, size, MADV_NOHUGEPAGE), 0);
+	ASSERT_EQ(vu_madvise_thp(p, size, MADV_NOHUGEPAGE), 0);
 	*uffd = th_uffd_register(t, p, size, UFFDIO_REGISTER_MODE_MISSING);
 	return p;
 }

@@ -310,7 +310,7 @@ static char *anon4k(struct th *t, size_t size, bool touch)
 	if (p == MAP_FAILED)
 		FAIL("mmap %zu: %s", size, strerror(errno));
 	th_own_mem(t, p, size);
-	if (madvise(p, size, MADV_NOHUGEPAGE))
+	if (vu_madvise_thp(p, size, MADV_NOHUGEPAGE))
 		FAIL("madvise: %s", strerror(errno));
 	for (off = 0; touch && off < size; off += SZ_4K)
 		p[off] = (char)(off >> 12);

@@ -229,8 +229,8 @@ static int pool_setup(void)
 	if (raw == MAP_FAILED)
 		return -errno;
 	pool = (char *)(((uintptr_t)raw + SZ_2M - 1) & ~(SZ_2M - 1));
-	madvise(pool, P_THP_END, MADV_HUGEPAGE);
-	madvise(pool + P_THP_END, POOL_SIZE - P_THP_END, MADV_NOHUGEPAGE);
+	vu_madvise_thp(pool, P_THP_END, MADV_HUGEPAGE);
+	vu_madvise_thp(pool + P_THP_END, POOL_SIZE - P_THP_END, MADV_NOHUGEPAGE);
 	for (off = 0; off < P_RO_END; off += PG)
 		pool[off] = 1;
 	if (mprotect(pool + P_RW_END, P_RO_END - P_RW_END, PROT_READ) ||

@@ -112,7 +112,7 @@ TEST_V12(private_2m_into_anon)
 	a = mmap(b + 2 * SZ_2M, anon, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 	ASSERT_TRUE(a == b + 2 * SZ_2M);
-	ASSERT_EQ(madvise(a, anon, MADV_NOHUGEPAGE), 0);
+	ASSERT_EQ(vu_madvise_thp(a, anon, MADV_NOHUGEPAGE), 0);
 	th_fill(h, 2 * SZ_2M, 3);
 	memset(a, 0, anon);
 	p = h + SZ_4K;

@@ -481,7 +481,7 @@ static void anon_4k(struct th *t, char *at, size_t size)
 	size_t off;
 
 	fmap(t, at, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
-	ASSERT_EQ(madvise(at, size, MADV_NOHUGEPAGE), 0);
+	ASSERT_EQ(vu_madvise_thp(at, size, MADV_NOHUGEPAGE), 0);
 	for (off = 0; off < size; off += SZ_4K)
 		at[off] = 1;
 }

@@ -251,11 +251,11 @@ TEST(acct_read_only_untouched_memory)
 	 * 4K zero pages: without this, p's vma may merge with h's and its
 	 * read faults land on a huge zero page (seen on 6.1: 11 pinned).
 	 */
-	ASSERT_EQ(madvise(p, 16 * SZ_4K, MADV_NOHUGEPAGE), 0);
+	ASSERT_EQ(vu_madvise_thp(p, 16 * SZ_4K, MADV_NOHUGEPAGE), 0);
 	ASSERT_NE(h, MAP_FAILED);
 	th_own_mem(t, h, 2 * SZ_2M);
 	h2 = (char *)(((uintptr_t)h + SZ_2M - 1) & ~(SZ_2M - 1));
-	ASSERT_EQ(madvise(h2, SZ_2M, MADV_HUGEPAGE), 0);
+	ASSERT_EQ(vu_madvise_thp(h2, SZ_2M, MADV_HUGEPAGE), 0);
 	/* read faults: the zero page and, if enabled, the huge zero page */
 	for (i = 0; i < 16; i++)
 		sink = p[i * SZ_4K];

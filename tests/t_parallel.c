@@ -48,7 +48,7 @@ static char *par_mem(struct th *t, enum par_mem kind, size_t size)
 		close(fd);
 	if (p == MAP_FAILED)
 		FAIL("mmap %zu: %s", size, strerror(errno));
-	if (kind == PAR_ANON4K && madvise(p, size, MADV_NOHUGEPAGE))
+	if (kind == PAR_ANON4K && vu_madvise_thp(p, size, MADV_NOHUGEPAGE))
 		FAIL("madvise: %s", strerror(errno));
 	return th_own_mem(t, p, size);
 }
@@ -138,7 +138,7 @@ TEST(par_mixed_vmas_dma)
 		       MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0), p + 16 * SZ_2M);
 	ASSERT_EQ(mmap(p + 24 * SZ_2M, 8 * SZ_2M, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0), p + 24 * SZ_2M);
-	ASSERT_EQ(madvise(p + 24 * SZ_2M, 8 * SZ_2M, MADV_NOHUGEPAGE), 0);
+	ASSERT_EQ(vu_madvise_thp(p + 24 * SZ_2M, 8 * SZ_2M, MADV_NOHUGEPAGE), 0);
 	MAP_OK(c, PAR_IOVA, p, PAR_SIZE);
 	EXPECT_ACCT(PAR_SIZE / SZ_4K);
 	for (i = 0; i + 1 < sizeof(off) / sizeof(off[0]); i++)

@@ -22,7 +22,7 @@ TEST_V12(review_zero_page_read_only)
 
 	ASSERT_NE(p, MAP_FAILED);
 	th_own_mem(t, p, 16 * SZ_4K);
-	madvise(p, 16 * SZ_4K, MADV_NOHUGEPAGE);
+	vu_madvise_thp(p, 16 * SZ_4K, MADV_NOHUGEPAGE);
 	p[5 * SZ_4K] = 1;
 
 	ASSERT_EQ(vu_map(c, IOVA_A, p, 16 * SZ_4K, VFIO_DMA_MAP_FLAG_READ), 0);

@@ -23,7 +23,7 @@ static char *untouched(struct th *t, size_t size)
 
 	ASSERT_NE(p, MAP_FAILED);
 	th_own_mem(t, p, size);
-	ASSERT_EQ(madvise(p, size, MADV_NOHUGEPAGE), 0);
+	ASSERT_EQ(vu_madvise_thp(p, size, MADV_NOHUGEPAGE), 0);
 	return p;
 }
 
@@ -154,7 +154,7 @@ TEST(write_only_memory)
 
 	ASSERT_NE(p, MAP_FAILED);
 	th_own_mem(t, p, size);
-	ASSERT_EQ(madvise(p, size, MADV_NOHUGEPAGE), 0);
+	ASSERT_EQ(vu_madvise_thp(p, size, MADV_NOHUGEPAGE), 0);
 	for (size_t i = 0; i < size; i += SZ_4K)
 		p[i] = 1;
 	EXPECT_EQ(vu_map(c, IOVA_A, p, size, VFIO_DMA_MAP_FLAG_READ), -EFAULT);

@@ -254,7 +254,7 @@ static char *tn_mem_raw(size_t size)
 	if (g == MAP_FAILED)
 		return NULL;
 	if (mmap(p, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-		 -1, 0) != p || madvise(p, size, MADV_NOHUGEPAGE)) {
+		 -1, 0) != p || vu_madvise_thp(p, size, MADV_NOHUGEPAGE)) {
 		munmap(g, size + 2 * SZ_4K);
 		return NULL;
 	}

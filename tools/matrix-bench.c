@@ -171,7 +171,7 @@ static char *ft_alloc(enum ft_kind kind, uint64_t size)
 		p = mmap(NULL, size, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (p == MAP_FAILED)
 			return NULL;
-		madvise(p, size, MADV_NOHUGEPAGE);
+		vu_madvise_thp(p, size, MADV_NOHUGEPAGE);
 		return p;
 	case FT_SHM4K:
 		p = mmap(NULL, size, prot, MAP_SHARED | MAP_ANONYMOUS, -1, 0);

@@ -335,8 +335,18 @@ void *vu_thp_map(size_t size)
 	if (head)
 		munmap(p, head);
 	munmap((char *)a + size, (2UL << 20) - head);
-	madvise((void *)a, size, MADV_HUGEPAGE);
+	vu_madvise_thp((void *)a, size, MADV_HUGEPAGE);
 	return (void *)a;
+}
+
+bool vu_have_thp(void)
+{
+	return access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0;
+}
+
+int vu_madvise_thp(void *p, size_t len, int advice)
+{
+	return vu_have_thp() ? madvise(p, len, advice) : 0;
 }
 
 static void *memfd_huge_map(size_t size, unsigned long page_kb)

@@ -7,6 +7,7 @@
 #ifndef FOLIOMAP_VFIO_UTIL_H
 #define FOLIOMAP_VFIO_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <linux/vfio.h>
@@ -67,6 +68,13 @@ int vu_memfd2m_create(size_t size);
  * holds the file, munmap frees it). vu_mem_alloc() faults them in.
  */
 void *vu_thp_map(size_t size);
+/*
+ * madvise(MADV_HUGEPAGE or MADV_NOHUGEPAGE) where the kernel has THP; a
+ * kernel without (Debian's PREEMPT_RT flavour) maps 4K pages anyway and
+ * refuses the advice with EINVAL: 0 there.
+ */
+bool vu_have_thp(void);
+int vu_madvise_thp(void *p, size_t len, int advice);
 void *vu_memfd2m_map(size_t size);
 /* The same with 1G pages (what QEMU's hugetlbsize=1G memfd backend maps). */
 void *vu_memfd1g_map(size_t size);
