@@ -15,17 +15,16 @@
  * mmap_lock and of the request, whichever comes first.
  *
  * The pin GUP took is the segment's one folio pin (filepin.c explains
- * folio pins): the dma has them from its first fill on.
- *
- * Each segment's GUP may fault a huge page in (zero it, or wait on
- * userfaultfd's resolver, which drops the lock). Stock holds mmap_lock for
- * at most one such fault per batch; a fill here goes on to the next
- * segment only while nobody waits for the lock and the CPU is not wanted,
- * so that a writer (mmap, munmap of another thread of the VMM) waits no
- * longer than it would under stock. A folio that is
+ * folio pins): the dma has them from its first fill on. A folio that is
  * not the hugetlb folio the walk should have found, or too short for the
  * segment, ends the batch there; the locked walk of the next fill then
  * pins page by page.
+ *
+ * Each segment's GUP may fault a huge page in, zeroing it under mmap_lock.
+ * Stock holds the lock for at most one such fault per batch; a fill here
+ * goes on to the next segment only while nobody waits for the lock and
+ * the CPU is not wanted, so that a writer (mmap or munmap by another
+ * thread of the VMM) waits no longer than it would under stock.
  */
 #include <linux/hugetlb.h>
 #include <linux/mmap_lock.h>
