@@ -687,6 +687,23 @@ static void hugepage_paths(enum vu_mem_kind kind, char *nr, char *fr, size_t len
 	snprintf(fr, len, "/sys/kernel/mm/hugepages/hugepages-%lukB/free_hugepages", kb);
 }
 
+/* @size bytes of PROT_NONE address space aligned to @align (a power of two), or NULL. */
+static char *reserve_aligned(uint64_t size, uint64_t align)
+{
+	char *resv = mmap(NULL, size + align, PROT_NONE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	char *p;
+
+	if (resv == MAP_FAILED)
+		return NULL;
+	p = (char *)(((uintptr_t)resv + align - 1) & ~(uintptr_t)(align - 1));
+	if (p > resv)
+		munmap(resv, p - resv);
+	if ((uint64_t)(p - resv) < align)
+		munmap(p + size, align - (p - resv));
+	return p;
+}
+
 /*
  * Mode alias1g: @size bytes of address space, 1G-aligned, each GiB of it
  * a MAP_SHARED mapping of the same 1G memfd page, all faulted in (one 1G
@@ -694,23 +711,18 @@ static void hugepage_paths(enum vu_mem_kind kind, char *nr, char *fr, size_t len
  */
 static void *alias1g_map(uint64_t size)
 {
-	char *resv, *p;
 	uint64_t off;
 	int fd, err;
+	char *p;
 
 	fd = vu_memfd_huge_create(SZ_1G, 1048576);
 	if (fd < 0) {
 		errno = -fd;
 		return NULL;
 	}
-	resv = mmap(NULL, size + SZ_1G, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-		    -1, 0);
-	if (resv == MAP_FAILED)
+	p = reserve_aligned(size, SZ_1G);
+	if (!p)
 		goto fail;
-	p = (char *)(((uintptr_t)resv + SZ_1G - 1) & ~(uintptr_t)(SZ_1G - 1));
-	if (p > resv)
-		munmap(resv, p - resv);
-	munmap(p + size, SZ_1G - (p - resv));
 	for (off = 0; off < size; off += SZ_1G) {
 		if (mmap(p + off, SZ_1G, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
 		    MAP_FAILED) {
@@ -821,10 +833,9 @@ static int bar_open(const struct opts *o, int group, struct bar_loop *l)
 	struct vfio_region_info r = { .argsz = sizeof(r), .index = o->bar_index };
 	struct vfio_region_info cfg = { .argsz = sizeof(cfg),
 					.index = VFIO_PCI_CONFIG_REGION_INDEX };
-	uint64_t align;
 	uint16_t cmd;
-	char *resv, *p;
 	size_t i, stride;
+	char *p;
 
 	l->container = vu_container_setup(&group, 1, o->type, &l->gfd);
 	if (l->container < 0) {
@@ -859,23 +870,17 @@ static int bar_open(const struct opts *o, int group, struct bar_loop *l)
 			o->bar_bdf, o->bar_index, (unsigned long long)(r.size >> 20));
 		goto fail_dev;
 	}
-	align = l->size < SZ_1G ? l->size : SZ_1G;
-	resv = mmap(NULL, l->size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (resv == MAP_FAILED)
+	p = reserve_aligned(l->size, l->size < SZ_1G ? l->size : SZ_1G);
+	if (!p)
 		goto fail_dev;
-	p = (char *)(((uintptr_t)resv + align - 1) & ~(uintptr_t)(align - 1));
 	l->map = mmap(p, l->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, l->dev,
 		      r.offset);
 	if (l->map == MAP_FAILED) {
 		fprintf(stderr, "dma-bench: mmap %s BAR%d: %s\n", o->bar_bdf, o->bar_index,
 			strerror(errno));
-		munmap(resv, l->size + align);
+		munmap(p, l->size);
 		goto fail_dev;
 	}
-	if (p > resv)
-		munmap(resv, p - resv);
-	if ((uint64_t)(p - resv) < align)
-		munmap(p + l->size, align - (p - resv));
 	/*
 	 * Every page in, untimed. A BAR larger than 1 GiB (a GPU's) is
 	 * touched once per GiB: vfio-pci maps such an aligned range with 1G
