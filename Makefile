@@ -21,7 +21,8 @@
 # make fuzz [SEED=1] [STEPS=5000]  differential fuzzing: one stock guest runs the
 #                   seeded ioctl sequence on stock type1, then on foliomap (tests/t_fuzz.c)
 # make bench        the seed's table, stock and foliomap side by side in a guest
-#                   (MODES default: thp populate hugetlb2m memfd2m bar), then the
+#                   (MODES default: thp populate hugetlb2m memfd2m bar hugetlb1g memfd1g
+#                   bar-64g; KERNEL=6.12-rt, IOMMU=amd: that kernel, the AMD IOMMU), then the
 #                   workload matrix (tools/matrix-bench; MATRIX=0 skips it,
 #                   ROWS="small churn" picks rows); prints "REGRESSION: <row>
 #                   <ratio>" for every ratio below 0.95 and then exits non-zero;
@@ -29,6 +30,9 @@
 # make bench-publish [RUN=build/bench/<run>.json]  a clean reference run of
 #                   bench, bench-scale or bench-vmm becomes bench/results/*latest.*
 # make bench-scale  map/unmap time against buffer size, both backends (bench/README.md)
+# make bench-latency the longest stretch without a preemption point in a 4 GiB
+#                   map, unmap and container close, stock and foliomap (KERNEL=6.12-rt:
+#                   Debian's PREEMPT_RT kernel; bench/latency)
 # make bench-vmm    a real VMM (QEMU + vfio-pci) start/stop time, both backends,
 #                   RAM preallocated and (the -lazy backings) faulted in by MAP_DMA
 #
@@ -182,6 +186,10 @@ bench-scale: deps
 bench-publish:
 	bench/publish $(RUN)
 
+bench-latency: deps
+	$(MAKE) all
+	bench/latency --kernel $(KERNEL)
+
 bench-vmm: deps
 	$(MAKE) module
 	$(MAKE) -C tools
@@ -193,5 +201,5 @@ clean:
 	$(MAKE) -C tools clean
 	$(MAKE) -C tests clean
 
-.PHONY: all deps module tools check check-scale check-debug debug-kernel fuzz bench bench-publish bench-scale bench-vmm clean \
+.PHONY: all deps module tools check check-scale check-debug debug-kernel fuzz bench bench-publish bench-scale bench-latency bench-vmm clean \
 	install uninstall install-conf uninstall-conf dkms-install dkms-uninstall style deb

@@ -25,6 +25,8 @@ kernel=${KERNEL:-6.12}
 loops=${LOOPS:-5}
 backends=${BACKENDS:-stock,foliomap}
 deterministic=${DETERMINISTIC:-0}
+# The guest's emulated IOMMU (vm/run --iommu): intel (VT-d) or amd (AMD-Vi).
+iommu=${IOMMU:-intel}
 
 is_number() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$|^[.][0-9]+$ ]]; }
 
@@ -37,11 +39,11 @@ bench_covers() {
 }
 
 # bench_reference "ITEMS" "DEFAULT ITEMS": is this a run on the reference
-# setup (6.12, both backends, foliomap's default pin_threads, at least the
+# setup (6.12, Intel IOMMU, both backends, foliomap's default pin_threads, at least the
 # default modes/backings/sizes)? Only such a run replaces the *latest.*
 # files the READMEs quote.
 bench_reference() {
-	[ "$kernel" = 6.12 ] && [ "$deterministic" = 0 ] && [ -z "${FOLIOMAP_PIN_THREADS:-}" ] &&
+	[ "$kernel" = 6.12 ] && [ "$iommu" = intel ] && [ "$deterministic" = 0 ] && [ -z "${FOLIOMAP_PIN_THREADS:-}" ] &&
 		bench_covers "${backends//,/ }" "stock foliomap" && bench_covers "$1" "$2"
 }
 
@@ -65,6 +67,7 @@ bench_check_setup() {
 	*) die "BACKENDS '$backends': stock, foliomap or stock,foliomap" ;;
 	esac
 	case "$deterministic" in 0|1) ;; *) die "DETERMINISTIC must be 0 or 1" ;; esac
+	case "$iommu" in intel|amd) ;; *) die "IOMMU '$iommu': intel or amd" ;; esac
 	[[ ${FT_MIB:-512} =~ ^[1-9][0-9]*$ ]] || die "FT_MIB '$FT_MIB' is not a positive integer (MiB)"
 	[[ ${FOLIOMAP_PIN_THREADS:-0} =~ ^-?[0-9]+$ ]] ||
 		die "FOLIOMAP_PIN_THREADS '$FOLIOMAP_PIN_THREADS' is not an integer"
@@ -113,13 +116,14 @@ bench_guest() {
 	# alias1g: up to a terabyte of IOVA from 4 GiB on, beyond the
 	# emulated IOMMU's default 39 bits (512 GiB).
 	[[ " ${modes:-} " != *" alias1g "* ]] || rig+=(--aw-bits 48)
+	[ "$iommu" = intel ] || rig+=(--iommu "$iommu")
 	# foliomap's helper threads (bench/switch-backend sets them): 0 is off.
 	[ -z "${FOLIOMAP_PIN_THREADS:-}" ] || env=(--env "FOLIOMAP_PIN_THREADS=$FOLIOMAP_PIN_THREADS")
 	# The matrix's first-touch size in MiB (matrix-bench's default: 512).
 	[ -z "${FT_MIB:-}" ] || env+=(--env "FT_MIB=$FT_MIB")
 	# Loops of the bar-Ng rows (guest-bench's default: 3).
 	[ -z "${BIG_LOOPS:-}" ] || env+=(--env "BIG_LOOPS=$BIG_LOOPS")
-	echo "$PROG: guest $krel, ${mem}G, backends $backends, loops $loops${det:+, deterministic}" >&2
+	echo "$PROG: guest $krel, $iommu IOMMU, ${mem}G, backends $backends, loops $loops${det:+, deterministic}" >&2
 	"$REPO/vm/run" --kernel "$kernel" --backend stock --mem "${mem}G" --share "$REPO" \
 		"${det[@]}" "${rig[@]}" "${env[@]}" -- "$REPO/bench/guest-bench" --loops "$loops" \
 		--backends "$backends" "$@" > "$out"

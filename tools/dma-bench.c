@@ -18,6 +18,9 @@
  * --latency runs a cyclictest-like probe on every CPU (latprobe.c) and
  * gives, per step, the latest wakeup during MAP_DMA and during UNMAP_DMA:
  * about the longest stretch the kernel ran without a preemption point.
+ * --unmap-by-close replaces UNMAP_DMA with closing the group and the
+ * container while the buffer is mapped: type1's release, what a VMM's exit
+ * costs.
  *
  * Exit status: 0 all good, 1 a leak or a failed ioctl, 2 usage or setup error.
  */
@@ -77,6 +80,7 @@ struct opts {
 	long latency_us;	/* --latency: the probe's period, 0 without */
 	struct latprobe *lp;	/* ... and the probe, running */
 	double lat_floor_us;	/* its latest wakeup over 0.5 s of nothing */
+	bool unmap_by_close;	/* the unmap step closes group and container */
 };
 
 /* The results of one backend on one mode. */
@@ -154,6 +158,9 @@ static void usage(FILE *f)
 "                   (default 500) and the JSON gives its latest wakeup during each\n"
 "                   MAP_DMA and UNMAP_DMA (map_maxlat_us, unmap_maxlat_us): about\n"
 "                   the longest stretch without a preemption point\n"
+"  --unmap-by-close the unmap step closes the group and the container with the\n"
+"                   buffer mapped (type1's release: a VMM's exit) instead of\n"
+"                   UNMAP_DMA; the JSON says \"unmap_step\": \"close\"\n"
 "  --bar-index N    the BAR for mode bar (default 2: ivshmem's shared memory)\n"
 "  --no-step-warmup no untimed 8 MiB map/unmap before each timed step (it keeps\n"
 "                   TCG's retranslation of a just-reloaded module out of the times)\n");
@@ -375,8 +382,8 @@ static int step_warmup(const struct opts *o, int c, void *buf, uint64_t size)
 
 /*
  * One step's counters before it, its times (UNMAP_DMA from t1b: the
- * record is read in between), the probe's latest wakeups (ns) and its
- * UNMAP_DMA error.
+ * record is read in between), the probe's latest wakeups (ns), its
+ * UNMAP_DMA error, and whether its unmap step closed the container.
  */
 struct step {
 	struct vu_counters before;
@@ -384,6 +391,7 @@ struct step {
 	long long map_lat, unmap_lat;
 	long long record;
 	int err;
+	bool closed;
 };
 
 /*
@@ -410,15 +418,17 @@ static long long foliomap_record_bytes(void)
 }
 
 /*
- * The timed part of one step, in container @c (whose counters it reads
- * first): the step warm-up, then MAP_DMA and UNMAP_DMA of [@buf, +@size)
- * at o->iova. @what names the mode in messages. Returns 0 when the
- * caller is to close @c and call step_done() (a failed UNMAP_DMA is
- * counted and kept in st->err), or -errno when the step stopped before
- * that (no balance check then).
+ * The timed part of one step, in container @c with group @gfd (whose
+ * counters it reads first): the step warm-up, then MAP_DMA and UNMAP_DMA of
+ * [@buf, +@size) at o->iova, or with --unmap-by-close, the closing of @gfd
+ * and @c in UNMAP_DMA's place (st->closed). @what names the mode in
+ * messages. Returns 0 when the caller is to close @c (unless st->closed)
+ * and call step_done() (a failed UNMAP_DMA is counted and kept in
+ * st->err), or -errno when the step stopped before that (no balance check
+ * then).
  */
-static int step_run(const struct opts *o, int c, void *buf, uint64_t size, const char *what,
-		    int loop, struct series *s, struct step *st)
+static int step_run(const struct opts *o, int c, int gfd, void *buf, uint64_t size,
+		    const char *what, int loop, struct series *s, struct step *st)
 {
 	uint64_t unmapped = 0;
 	int err;
@@ -459,7 +469,13 @@ static int step_run(const struct opts *o, int c, void *buf, uint64_t size, const
 	if (o->lp)
 		latprobe_reset(o->lp);
 	st->t1b = vu_now();
-	st->err = vu_unmap(c, o->iova, size, 0, &unmapped);
+	if (o->unmap_by_close) {
+		close_container(c, gfd);
+		st->closed = true;
+		unmapped = size;
+	} else {
+		st->err = vu_unmap(c, o->iova, size, 0, &unmapped);
+	}
 	st->t2 = vu_now();
 	if (o->lp)
 		st->unmap_lat = latprobe_max_ns(o->lp);
@@ -524,8 +540,9 @@ static int one_loop(const struct opts *o, enum vu_mem_kind kind, void *buf,
 			return err;
 		}
 	}
-	err = step_run(o, c, buf, size, mode_name(o, kind), loop, s, &st);
-	close_container(c, gfd);
+	err = step_run(o, c, gfd, buf, size, mode_name(o, kind), loop, s, &st);
+	if (!st.closed)
+		close_container(c, gfd);
 	return err ? err : step_done(mode_name(o, kind), loop, s, &st);
 }
 
@@ -541,7 +558,8 @@ static void print_summary(const struct opts *o, enum vu_mem_kind kind, const str
 		o->gib, s->n);
 	fprintf(human, "------- AVERAGE (%s) --------\n", mode_header(kind));
 	fprintf(human, "VFIO MAP DMA in %.3f s (%.1f GB/s)\n", av, o->gib / av);
-	fprintf(human, "VFIO UNMAP DMA in %.3f s (%.1f GB/s)\n", uav, o->gib / uav);
+	fprintf(human, "VFIO %s in %.3f s (%.1f GB/s)\n",
+		o->unmap_by_close ? "CLOSE (unmap by release)" : "UNMAP DMA", uav, o->gib / uav);
 	fprintf(human, "MAP   min %.4f median %.4f max %.4f s\n", mn, md, mx);
 	fprintf(human, "UNMAP min %.4f median %.4f max %.4f s\n", umn, umd, umx);
 	if (o->lp) {
@@ -584,6 +602,8 @@ static void print_json(const struct opts *o, enum vu_mem_kind kind, const struct
 	}
 	if (s->record_bytes >= 0)
 		printf(", \"record_bytes\": %lld", s->record_bytes);
+	if (o->unmap_by_close)
+		printf(", \"unmap_step\": \"close\"");
 	printf(", \"map_median_s\": %.6f, \"unmap_median_s\": %.6f, "
 	       "\"pin_leak_pages\": %lld, \"locked_vm_leak_pages\": %lld}\n",
 	       vu_median(s->map_s, s->n), vu_median(s->unmap_s, s->n),
@@ -920,7 +940,7 @@ static int bar_one_loop(const struct opts *o, int group, struct series *s, int l
 		bar_close(&l);
 		return -ERANGE;
 	}
-	err = step_run(o, l.container, l.map, l.size, o->bar_name, loop, s, &st);
+	err = step_run(o, l.container, l.gfd, l.map, l.size, o->bar_name, loop, s, &st);
 	bar_close(&l);
 	return err ? err : step_done(o->bar_name, loop, s, &st);
 }
@@ -1071,6 +1091,7 @@ int main(int argc, char **argv)
 		{ "no-step-warmup", no_argument,  NULL, 'N' },
 		{ "latency",	optional_argument, NULL, 'T' },
 		{ "after-map",	required_argument, NULL, 'A' },
+		{ "unmap-by-close", no_argument,  NULL, 'C' },
 		{ "help",	no_argument,	   NULL, 'h' },
 		{ 0 }
 	};
@@ -1153,6 +1174,9 @@ int main(int argc, char **argv)
 			if ((optarg && *end) || o.latency_us < 10)
 				goto bad_arg;
 			break;
+		case 'C':
+			o.unmap_by_close = true;
+			break;
 		case 'I':
 			o.bar_index = strtol(optarg, &end, 10);
 			if (*end || o.bar_index < 0 || o.bar_index > 5)
@@ -1169,6 +1193,13 @@ int main(int argc, char **argv)
 	if (optind != argc) {
 		usage(stderr);
 		return 2;
+	}
+	for (i = 0; o.unmap_by_close && i < o.nmodes; i++) {
+		if (o.modes[i] == MODE_BAR) {
+			/* The BAR's open device fd would keep the container. */
+			fprintf(stderr, "dma-bench: --unmap-by-close is for memory, not the bar modes\n");
+			return 2;
+		}
 	}
 	human = o.json ? stderr : stdout;
 	page_kb = sysconf(_SC_PAGESIZE) / 1024;
