@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /* Shared VFIO helpers for dma-bench and the tests; see vfio_util.h. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -184,6 +185,121 @@ int vu_group_of_bdf(const char *bdf)
 	link[len] = '\0';
 	base = strrchr(link, '/');
 	return base ? atoi(base + 1) : -EINVAL;
+}
+
+enum vu_iommu vu_iommu_kind(void)
+{
+	enum vu_iommu kind = VU_IOMMU_NONE, k;
+	DIR *d = opendir("/sys/class/iommu");
+	struct dirent *e;
+
+	if (!d)
+		return VU_IOMMU_NONE;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		if (!strncmp(e->d_name, "dmar", 4))
+			k = VU_IOMMU_INTEL;
+		else if (!strncmp(e->d_name, "ivhd", 4))
+			k = VU_IOMMU_AMD;
+		else if (!strncmp(e->d_name, "smmu3.", 6))
+			k = VU_IOMMU_SMMUV3;
+		else
+			k = VU_IOMMU_OTHER;
+		/* units of two kinds: no single fault format or aperture */
+		kind = kind == VU_IOMMU_NONE || kind == k ? k : VU_IOMMU_OTHER;
+	}
+	closedir(d);
+	return kind;
+}
+
+const char *vu_iommu_name(enum vu_iommu kind)
+{
+	switch (kind) {
+	case VU_IOMMU_INTEL:
+		return "intel";
+	case VU_IOMMU_AMD:
+		return "amd";
+	case VU_IOMMU_SMMUV3:
+		return "smmuv3";
+	case VU_IOMMU_NONE:
+		return "none";
+	default:
+		return "other";
+	}
+}
+
+int vu_group_resv_regions(int group, struct vu_resv *r, int max)
+{
+	char path[96], line[160];
+	unsigned long long s, e;
+	int n = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/kernel/iommu_groups/%d/reserved_regions", group);
+	f = fopen(path, "r");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		struct vu_resv tmp;
+
+		if (sscanf(line, "%llx %llx %23s", &s, &e, tmp.type) != 3 || s > e) {
+			fclose(f);
+			return -EINVAL;
+		}
+		if (n < max) {
+			r[n].start = s;
+			r[n].end = e;
+			strcpy(r[n].type, tmp.type);
+		}
+		n++;
+	}
+	fclose(f);
+	return n <= max ? n : -E2BIG;
+}
+
+int vu_iova_ranges(int container, struct vfio_iova_range *r, int max)
+{
+	struct vfio_iommu_type1_info probe = { .argsz = sizeof(probe) };
+	struct vfio_iommu_type1_info *info;
+	struct vfio_iommu_type1_info_cap_iova_range *cap = NULL;
+	uint32_t off, i, guard = 0;
+	int ret;
+
+	/* the first call says how large the capability chain is */
+	if (ioctl(container, VFIO_IOMMU_GET_INFO, &probe) < 0)
+		return -errno;
+	if (!(probe.flags & VFIO_IOMMU_INFO_CAPS) || probe.argsz <= sizeof(probe))
+		return -ENOENT;
+	info = calloc(1, probe.argsz);
+	if (!info)
+		return -ENOMEM;
+	info->argsz = probe.argsz;
+	if (ioctl(container, VFIO_IOMMU_GET_INFO, info) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	for (off = info->cap_offset; off && guard++ < 32;) {
+		struct vfio_info_cap_header *h = (void *)((char *)info + off);
+
+		if (off + sizeof(*h) > info->argsz)
+			break;
+		if (h->id == VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE) {
+			cap = (void *)h;
+			break;
+		}
+		off = h->next;
+	}
+	if (!cap || off + sizeof(*cap) + (uint64_t)cap->nr_iovas * sizeof(*r) > info->argsz) {
+		ret = -ENOENT;
+		goto out;
+	}
+	for (i = 0; i < cap->nr_iovas && i < (uint32_t)max; i++)
+		r[i] = cap->iova_ranges[i];
+	ret = cap->nr_iovas;
+out:
+	free(info);
+	return ret;
 }
 
 static const char *const mem_names[VU_MEM_NKINDS] = {

@@ -32,6 +32,41 @@ int vu_env_bdfs(char bdfs[][32], int max);
 /* IOMMU group number of a PCI device such as 0000:00:03.0, or -errno. */
 int vu_group_of_bdf(const char *bdf);
 
+/*
+ * The IOMMU that translates for the VFIO groups, from the units listed in
+ * /sys/class/iommu: dmar* (Intel VT-d), ivhd* (AMD-Vi), smmu3.* (Arm
+ * SMMUv3). VU_IOMMU_NONE: no unit at all; VU_IOMMU_OTHER: units of another
+ * driver, or of two kinds.
+ */
+enum vu_iommu {
+	VU_IOMMU_NONE,
+	VU_IOMMU_INTEL,
+	VU_IOMMU_AMD,
+	VU_IOMMU_SMMUV3,
+	VU_IOMMU_OTHER,
+};
+enum vu_iommu vu_iommu_kind(void);
+const char *vu_iommu_name(enum vu_iommu kind);
+
+/*
+ * One line of /sys/kernel/iommu_groups/<N>/reserved_regions: an inclusive
+ * range and its type ("direct", "direct-relaxable", "reserved", "msi").
+ */
+struct vu_resv {
+	uint64_t start;
+	uint64_t end;
+	char type[24];
+};
+/* Up to max regions of the group, in the file's order (by start): count or -errno. */
+int vu_group_resv_regions(int group, struct vu_resv *r, int max);
+/*
+ * The usable IOVA ranges of a container with its IOMMU set, from
+ * VFIO_IOMMU_GET_INFO's IOVA-range capability: up to max of them into r
+ * (may be NULL with max 0), the number the kernel reports, or -errno
+ * (-ENOENT: no such capability).
+ */
+int vu_iova_ranges(int container, struct vfio_iova_range *r, int max);
+
 /* Memory kinds, as in the seed's benchmark. */
 enum vu_mem_kind {
 	VU_MEM_THP,		/* private anonymous + MADV_HUGEPAGE */
