@@ -21,13 +21,18 @@
 #define SZ_4K		0x1000ULL
 #define SZ_2M		0x200000ULL
 #define SZ_1G		0x40000000ULL
-#define MSI_START	0xfee00000ULL
-#define MSI_END		0xfeefffffULL
-/* The IOMMU aperture: 2^APERTURE_BITS bytes from IOVA 0 (th_aperture_bits()). */
+/*
+ * The Intel IOMMU's configured address width (th_aperture_bits()); the
+ * aperture of the IOMMU the guest has is th_aperture_end(), its MSI window
+ * th_msi_window().
+ */
 #define APERTURE_BITS	th_aperture_bits()
-#define APERTURE_END	((1ULL << APERTURE_BITS) - 1)
 
-/* IOVA bases used by the tests: well below the MSI window. */
+/*
+ * IOVA bases used by the tests: clear of the MSI window of every IOMMU the
+ * tests run behind (x86: 0xfee00000-0xfeefffff; arm64's SMMUv3: the
+ * software window 0x8000000-0x80fffff), as are t_dma's IOVAs (below 128M).
+ */
 #define IOVA_A		0x10000000ULL	/* 256M */
 #define IOVA_B		0x40000000ULL	/* 1G */
 
@@ -139,6 +144,89 @@ static inline int th_aperture_bits(void)
 	return bits >= 32 && bits <= 57 ? bits : 39;
 }
 
+/* The IOMMU of the guest (vu_iommu_kind(): /sys/class/iommu). */
+static inline enum vu_iommu th_iommu(void)
+{
+	static int kind = -1;
+
+	if (kind < 0)
+		kind = vu_iommu_kind();
+	return kind;
+}
+
+/*
+ * The last IOVA of the aperture that the stock IOMMU driver gives a VFIO
+ * domain, per IOMMU (tests/README.md, "IOMMUs"):
+ *  - Intel VT-d: 2^MGAW - 1, the width the guest was booted with
+ *    (VFIO_IOMMU_AW_BITS; t_info checks it against the capability register);
+ *  - AMD-Vi: 2^64 - 1: the v1 page table (the AMD driver's default) can
+ *    translate the whole 64-bit space (6 levels), and the driver says so in
+ *    the domain's geometry;
+ *  - SMMUv3: 2^48 - 1: a stage-1 domain's input size is 48 bits on an SMMU
+ *    without 52-bit VAs (QEMU's) and a kernel with 48-bit VAs (Debian's).
+ * Any other IOMMU fails the test: nothing is known about it.
+ */
+static inline uint64_t th_aperture_end(struct th *t)
+{
+	switch (th_iommu()) {
+	case VU_IOMMU_INTEL:
+		return (1ULL << APERTURE_BITS) - 1;
+	case VU_IOMMU_AMD:
+		return UINT64_MAX;
+	case VU_IOMMU_SMMUV3:
+		return (1ULL << 48) - 1;
+	default:
+		FAIL("IOMMU '%s' (/sys/class/iommu): no known aperture",
+		     vu_iommu_name(th_iommu()));
+	}
+	return 0;
+}
+
+/*
+ * Stock type1 of 6.1 and 6.12 accepts a mapping that ends at the last
+ * address (iova + size = 2^64) but never unmaps it: its unmap loop runs
+ * while iova < iova + size, which wraps to 0, so the pages stay pinned for
+ * the life of the guest. foliomap and stock 7.x unmap it. Only an aperture
+ * that reaches 2^64 - 1 (AMD-Vi's) lets such a mapping be made.
+ */
+static inline bool th_end_mapping_leaks(void)
+{
+	return !is_foliomap() && !th_stock_upstream_type1();
+}
+
+/*
+ * The reserved regions of @group (sysfs), which fail the test when they
+ * cannot be read; the count.
+ */
+static inline int th_resv_regions(struct th *t, int group, struct vu_resv *r, int max)
+{
+	int n = vu_group_resv_regions(group, r, max);
+
+	if (n < 0)
+		FAIL("reserved regions of IOMMU group %d: %s", group, strerror(-n));
+	return n;
+}
+
+/*
+ * The MSI window of the first e1000e group: its one reserved region of
+ * type "msi" (x86: the interrupt range 0xfee00000-0xfeefffff, IOMMU_RESV_MSI;
+ * SMMUv3: the software MSI window at 0x8000000, IOMMU_RESV_SW_MSI). Fails
+ * the test unless there is exactly one.
+ */
+static inline void th_msi_window(struct th *t, uint64_t *start, uint64_t *end);
+
+/* The usable IOVA ranges of container @c (GET_INFO), failing the test if none. */
+static inline int th_iova_ranges(struct th *t, int c, struct vfio_iova_range *r, int max)
+{
+	int n = vu_iova_ranges(c, r, max);
+
+	if (n <= 0)
+		FAIL("GET_INFO's IOVA ranges: %s", n ? strerror(-n) : "none");
+	if (n > max)
+		FAIL("GET_INFO reports %d IOVA ranges, more than %d", n, max);
+	return n;
+}
+
 /*
  * MGAW (maximum guest address width) from the capability register of the
  * first DMAR unit (sysfs, hex), or -errno.
@@ -176,6 +264,24 @@ static inline int th_e1000e_groups(struct th *t, int *groups, int need)
 		     getenv("VFIO_GROUPS") ? getenv("VFIO_GROUPS") : "", need);
 	memcpy(groups, all, need * sizeof(int));
 	return n - 1;
+}
+
+static inline void th_msi_window(struct th *t, uint64_t *start, uint64_t *end)
+{
+	struct vu_resv r[16];
+	int group, i, n, found = 0;
+
+	th_e1000e_groups(t, &group, 1);
+	n = th_resv_regions(t, group, r, 16);
+	for (i = 0; i < n; i++) {
+		if (strcmp(r[i].type, "msi"))
+			continue;
+		*start = r[i].start;
+		*end = r[i].end;
+		found++;
+	}
+	if (found != 1)
+		FAIL("IOMMU group %d has %d reserved regions of type msi, not one", group, found);
 }
 
 static inline int th_edu_group(struct th *t)

@@ -173,6 +173,29 @@ static inline void __attribute__((noreturn)) th_abort(struct th *t)
 	}								\
 } while (0)
 
+/*
+ * The same on unsigned 64-bit values (IOVAs, which reach 2^64 - 1 behind
+ * AMD-Vi): compared and printed unsigned.
+ */
+static inline void th_report_u(struct th *t, const char *file, int line,
+			       const char *ea, const char *op, const char *eb,
+			       unsigned long long a, unsigned long long b)
+{
+	th_diag("%s:%d: expected %s %s %s", file, line, ea, op, eb);
+	th_diag("    %s = %llu (0x%llx)", ea, a, a);
+	th_diag("    %s = %llu (0x%llx)", eb, b, b);
+	t->failed = true;
+}
+
+#define TH_CMPU(a, op, b, fatal, sa, sb) do {				\
+	unsigned long long _a = (a), _b = (b);				\
+	if (!(_a op _b)) {						\
+		th_report_u(t, __FILE__, __LINE__, sa, #op, sb, _a, _b);	\
+		if (fatal)						\
+			th_abort(t);					\
+	}								\
+} while (0)
+
 #define ASSERT_EQ(a, b)	TH_CMP(a, ==, b, 1, #a, #b)
 #define ASSERT_NE(a, b)	TH_CMP(a, !=, b, 1, #a, #b)
 #define ASSERT_LT(a, b)	TH_CMP(a, <, b, 1, #a, #b)
@@ -185,6 +208,8 @@ static inline void __attribute__((noreturn)) th_abort(struct th *t)
 #define EXPECT_LE(a, b)	TH_CMP(a, <=, b, 0, #a, #b)
 #define EXPECT_GT(a, b)	TH_CMP(a, >, b, 0, #a, #b)
 #define EXPECT_GE(a, b)	TH_CMP(a, >=, b, 0, #a, #b)
+#define EXPECT_LE_U(a, b)	TH_CMPU(a, <=, b, 0, #a, #b)
+#define EXPECT_GT_U(a, b)	TH_CMPU(a, >, b, 0, #a, #b)
 #define ASSERT_TRUE(c)	TH_CMP(!!(c), ==, 1, 1, #c, "true")
 #define ASSERT_FALSE(c)	TH_CMP(!!(c), ==, 0, 1, #c, "false")
 #define EXPECT_TRUE(c)	TH_CMP(!!(c), ==, 1, 0, #c, "true")

@@ -259,6 +259,8 @@ static uint64_t usable_lo[8], usable_hi[8];
 static int nusable;
 /* The last usable IOVA (GET_INFO; the aperture's end: 2^39 or 2^48 - 1). */
 static uint64_t aperture_last = (1ULL << 39) - 1;
+/* The group's MSI window (its reserved region of type msi; x86's by default). */
+static uint64_t msi_window = 0xfee00000ULL;
 static struct vu_counters base;
 static const char *want_module;
 
@@ -334,6 +336,17 @@ static void read_usable(void)
 		}
 		off = h->next;
 	}
+}
+
+/* The start of the group's MSI window, where its reserved regions say. */
+static void read_msi_window(void)
+{
+	struct vu_resv r[16];
+	int i, n = vu_group_resv_regions(group_no, r, 16);
+
+	for (i = 0; i < n; i++)
+		if (!strcmp(r[i].type, "msi"))
+			msi_window = r[i].start;
 }
 
 static void counters(struct vu_counters *c)
@@ -526,7 +539,7 @@ static void op_map(void)
 		case 4: iova = -(1 + below(4)) * PG; size = (2 + below(8)) * PG; break;
 		case 5: vaddr = -(1 + below(2)) * PG; snprintf(vdesc, sizeof(vdesc), "abs:0x%llx",
 				(unsigned long long)vaddr); break;
-		case 6: iova = 0xfee00000ULL - below(4) * PG; break;		/* MSI window */
+		case 6: iova = msi_window - below(4) * PG; break;		/* MSI window */
 		case 7: iova = aperture_last + 1 - below(4) * PG; break;	/* aperture end */
 		case 8: iova = 1ULL << (40 + below(20)); break;
 		case 9: m.argsz = below(32); break;
@@ -1232,6 +1245,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	group_no = groups[0];
+	read_msi_window();
 
 	if (have_seed)
 		return diff ? differential(&seed, 1, steps, ko, false, trace)

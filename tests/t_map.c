@@ -115,48 +115,80 @@ TEST_V12(map_wraparound)
 	/* vaddr wraps */
 	EXPECT_EQ(vu_map(c, IOVA_A, (void *)0xfffffffffffff000ULL, 2 * SZ_4K, RW),
 		  wrap_errno());
-	/* the last page of the address space is outside the aperture */
-	EXPECT_EQ(vu_map(c, 0xfffffffffffff000ULL, p, SZ_4K, RW), -EINVAL);
+	/*
+	 * The last page of the address space is outside an aperture that
+	 * ends below it (Intel, SMMUv3); AMD-Vi's ends there, and
+	 * map_aperture_end maps that page.
+	 */
+	if (th_aperture_end(t) != UINT64_MAX)
+		EXPECT_EQ(vu_map(c, 0xfffffffffffff000ULL, p, SZ_4K, RW), -EINVAL);
 	EXPECT_EQ(th_pins(t), 0);
 }
 
+/* The group's MSI window (th_msi_window(): its reserved region of type msi). */
 TEST_V12(map_msi_window)
 {
 	int c = th_container(t);
 	char *p = th_anon(t, 4 * SZ_4K);
+	uint64_t lo, hi;
 
-	EXPECT_EQ(vu_map(c, MSI_START, p, SZ_4K, RW), -EINVAL);
-	EXPECT_EQ(vu_map(c, MSI_END + 1 - SZ_4K, p, SZ_4K, RW), -EINVAL);
-	EXPECT_EQ(vu_map(c, MSI_START + 0x10000, p, 2 * SZ_4K, RW), -EINVAL);
+	th_msi_window(t, &lo, &hi);
+	th_diag("MSI window 0x%llx-0x%llx", (unsigned long long)lo, (unsigned long long)hi);
+	ASSERT_GE(hi - lo + 1, 0x20000);
+	EXPECT_EQ(vu_map(c, lo, p, SZ_4K, RW), -EINVAL);
+	EXPECT_EQ(vu_map(c, hi + 1 - SZ_4K, p, SZ_4K, RW), -EINVAL);
+	EXPECT_EQ(vu_map(c, lo + 0x10000, p, 2 * SZ_4K, RW), -EINVAL);
 	/* straddling either edge */
-	EXPECT_EQ(vu_map(c, MSI_START - SZ_4K, p, 2 * SZ_4K, RW), -EINVAL);
-	EXPECT_EQ(vu_map(c, MSI_END + 1 - SZ_4K, p, 2 * SZ_4K, RW), -EINVAL);
+	EXPECT_EQ(vu_map(c, lo - SZ_4K, p, 2 * SZ_4K, RW), -EINVAL);
+	EXPECT_EQ(vu_map(c, hi + 1 - SZ_4K, p, 2 * SZ_4K, RW), -EINVAL);
 	EXPECT_EQ(th_pins(t), 0);
 	/* right below and right above are usable */
-	MAP_OK(c, MSI_START - SZ_4K, p, SZ_4K);
-	MAP_OK(c, MSI_END + 1, p + SZ_4K, SZ_4K);
+	MAP_OK(c, lo - SZ_4K, p, SZ_4K);
+	MAP_OK(c, hi + 1, p + SZ_4K, SZ_4K);
 	EXPECT_EQ(th_pins(t), 2);
-	UNMAP_OK(c, MSI_START - SZ_4K, SZ_4K);
-	UNMAP_OK(c, MSI_END + 1, SZ_4K);
+	UNMAP_OK(c, lo - SZ_4K, SZ_4K);
+	UNMAP_OK(c, hi + 1, SZ_4K);
 }
 
+/*
+ * The end of the aperture (th_aperture_end(), per IOMMU): nothing maps
+ * beyond it or across it, its last 2M and its last page map. AMD-Vi's ends
+ * at 2^64 - 1: nothing lies beyond, a range across the end wraps around
+ * (wrap_errno()), and on stock 6.1 and 6.12 a mapping of its end would stay
+ * pinned for the guest's lifetime (th_end_mapping_leaks()): that part
+ * SKIPs there, saying so.
+ */
 TEST_V12(map_aperture_end)
 {
 	int c = th_container(t);
 	char *p = th_mem(t, VU_MEM_THP, SZ_2M);
+	uint64_t end = th_aperture_end(t);
 
-	EXPECT_EQ(vu_map(c, APERTURE_END + 1, p, SZ_4K, RW), -EINVAL);
-	EXPECT_EQ(vu_map(c, APERTURE_END + 1 - SZ_4K, p, 2 * SZ_4K, RW), -EINVAL);
-	EXPECT_EQ(vu_map(c, 1ULL << 48, p, SZ_4K, RW), -EINVAL);
+	th_diag("IOMMU %s, aperture ends at 0x%llx", vu_iommu_name(th_iommu()),
+		(unsigned long long)end);
+	if (end != UINT64_MAX) {
+		EXPECT_EQ(vu_map(c, end + 1, p, SZ_4K, RW), -EINVAL);
+		EXPECT_EQ(vu_map(c, end + 1 - SZ_4K, p, 2 * SZ_4K, RW), -EINVAL);
+		if (end < (1ULL << 48))
+			EXPECT_EQ(vu_map(c, 1ULL << 48, p, SZ_4K, RW), -EINVAL);
+	} else {
+		EXPECT_EQ(vu_map(c, end + 1 - SZ_4K, p, 2 * SZ_4K, RW), wrap_errno());
+		EXPECT_EQ(vu_map(c, end + 1 - SZ_2M, p, 2 * SZ_2M, RW), wrap_errno());
+	}
 	EXPECT_EQ(th_pins(t), 0);
+	if (end == UINT64_MAX && th_end_mapping_leaks())
+		SKIP("the aperture ends at 2^64 - 1: stock type1 of %d.%d would map its end "
+		     "and never unpin it (unmap loop while iova < iova + size, which wraps)",
+		     th_kernel_series() / 100, th_kernel_series() % 100);
 	/* the very last 2M of the aperture */
-	MAP_OK(c, APERTURE_END + 1 - SZ_2M, p, SZ_2M);
+	MAP_OK(c, end + 1 - SZ_2M, p, SZ_2M);
 	EXPECT_PINS_VMLCK(512, 2048);
-	EXPECT_EQ(vu_map(c, APERTURE_END + 1 - SZ_4K, p, SZ_4K, RW), -EEXIST);
-	UNMAP_OK(c, APERTURE_END + 1 - SZ_2M, SZ_2M);
+	EXPECT_EQ(vu_map(c, end + 1 - SZ_4K, p, SZ_4K, RW), -EEXIST);
+	UNMAP_OK(c, end + 1 - SZ_2M, SZ_2M);
 	/* and the very last 4K page */
-	MAP_OK(c, APERTURE_END + 1 - SZ_4K, p, SZ_4K);
-	UNMAP_OK(c, APERTURE_END + 1 - SZ_4K, SZ_4K);
+	MAP_OK(c, end + 1 - SZ_4K, p, SZ_4K);
+	UNMAP_OK(c, end + 1 - SZ_4K, SZ_4K);
+	EXPECT_PINS_VMLCK(0, 0);
 }
 
 /* No VMA at all behind vaddr. */

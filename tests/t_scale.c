@@ -6,12 +6,14 @@
  *
  *  - scale_2m_aliases_of_1g: 131072 MAP_DMAs of 2M (twice stock's default
  *    dma_entry_limit, which is raised for the container), each a 2M piece
- *    of ONE 1 GiB THP buffer (piece i % 512), at IOVA 4G + i * 8M: 256 GiB
- *    mapped, spread over 1 TiB of IOVA.  Then the upper half goes with one
- *    range UNMAP_DMA (holes included), every other mapping of the lower half
- *    with one UNMAP_DMA each, and the last quarter with the container's close.
+ *    of ONE 1 GiB THP buffer (piece i % 512), at IOVA base + i * 8M: 256 GiB
+ *    mapped, spread over 1 TiB of IOVA (base: 4G, or the first 4G boundary
+ *    above it from which a usable range holds the TiB, scale_base(): 1 TiB
+ *    behind AMD-Vi).  Then the upper half goes with one range UNMAP_DMA
+ *    (holes included), every other mapping of the lower half with one
+ *    UNMAP_DMA each, and the last quarter with the container's close.
  *  - scale_4g_pieces_1t: ONE 4 GiB THP buffer mapped whole 32 times at
- *    4G + i * 32G, over the same 1 TiB; the same three release phases.
+ *    base + i * 32G, over the same 1 TiB; the same three release phases.
  *
  * Every mapping of the same memory pins its pages again and is charged to
  * VmLck again (stock semantics), so the counters reach 67M pins / 256 GiB
@@ -31,8 +33,9 @@
 #include "common.h"
 
 #define SZ_4G		(4 * SZ_1G)
-#define SCALE_BASE	SZ_4G		/* above the MSI window */
-#define SCALE_SPAN	(1ULL << 40)	/* 1 TiB of IOVA from SCALE_BASE */
+#define SCALE_MIN	SZ_4G		/* above the MSI window (scale_base()) */
+#define SCALE_ALIGN	SZ_4G		/* the 4G pieces' alignment */
+#define SCALE_SPAN	(1ULL << 40)	/* 1 TiB of IOVA from the base */
 
 static unsigned long env_count(const char *name, unsigned long def)
 {
@@ -77,28 +80,42 @@ static int scale_container(struct th *t, long long limit, int *gfdp)
 	return c;
 }
 
-/* The aperture must reach @last; a 39-bit guest cannot run these tests. */
-static void need_aperture(struct th *t, int c, uint64_t last)
+/*
+ * The IOVA the mappings start at: the lowest multiple of SCALE_ALIGN from
+ * SCALE_MIN on whose @span bytes lie in one usable IOVA range (GET_INFO).
+ * Intel's 48-bit aperture has 4G (its one range above the MSI window);
+ * AMD-Vi reserves the HyperTransport range 0xfd00000000-0xffffffffff (1012
+ * GiB to 1 TiB) in every group, so its first whole TiB above the MSI window
+ * starts at 1 TiB. A guest whose IOMMU reaches less than 2^48 (Intel's
+ * 39-bit default) cannot run these tests: SKIP, saying so; an aperture of
+ * 48 bits or more without such a span fails.
+ */
+static uint64_t scale_base(struct th *t, int c, uint64_t span)
 {
-	char buf[4096];
-	struct vfio_iommu_type1_info_cap_iova_range *cap;
-	uint64_t end;
+	struct vfio_iova_range r[16];
+	uint64_t end = th_aperture_end(t), base;
+	int i, n = th_iova_ranges(t, c, r, 16);
 
-	ASSERT_EQ(th_get_info(c, buf, sizeof(buf)), 0);
-	cap = (void *)th_find_cap(buf, sizeof(buf), VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE);
-	ASSERT_NE(cap, NULL);
-	ASSERT_GE(cap->nr_iovas, 1);
-	end = cap->iova_ranges[cap->nr_iovas - 1].end;
-	th_diag("IOVA aperture ends at 0x%llx (%d bits configured), need 0x%llx",
-		(unsigned long long)end, APERTURE_BITS, (unsigned long long)last);
-	/* the configured width is what GET_INFO reports (t_info checks it too) */
-	ASSERT_EQ(end, APERTURE_END);
-	if (end < last && APERTURE_BITS < 48)
-		SKIP("the IOMMU aperture is %d bits (boot the guest with vm/run --aw-bits 48)",
-		     APERTURE_BITS);
-	ASSERT_GE(end, last);
-	/* the last usable range holds everything above the MSI window */
-	ASSERT_LE(cap->iova_ranges[cap->nr_iovas - 1].start, SCALE_BASE);
+	th_diag("IOMMU %s, aperture ends at 0x%llx", vu_iommu_name(th_iommu()),
+		(unsigned long long)end);
+	/* the last usable IOVA is the aperture's (t_info checks it too) */
+	ASSERT_EQ(r[n - 1].end, end);
+	for (i = 0; i < n; i++) {
+		base = r[i].start < SCALE_MIN ? SCALE_MIN : r[i].start;
+		base = (base + SCALE_ALIGN - 1) & ~(SCALE_ALIGN - 1);
+		if (base < r[i].start || base > r[i].end || r[i].end - base < span - 1)
+			continue;
+		th_diag("IOVA range 0x%llx-0x%llx holds 0x%llx bytes from 0x%llx",
+			(unsigned long long)r[i].start, (unsigned long long)r[i].end,
+			(unsigned long long)span, (unsigned long long)base);
+		return base;
+	}
+	if (end < (1ULL << 48) - 1)
+		SKIP("the IOMMU aperture ends at 0x%llx (Intel: boot the guest with vm/run --aw-bits 48)",
+		     (unsigned long long)end);
+	FAIL("no usable IOVA range holds 0x%llx bytes above 0x%llx",
+	     (unsigned long long)span, (unsigned long long)SCALE_MIN);
+	return 0;
 }
 
 /* A THP buffer, every 2M of it faulted in (one store per 4K page). */
@@ -131,32 +148,31 @@ static void scale_run(struct th *t, char *buf, uint64_t size, unsigned long piec
 {
 	long long limit = n;
 	uint64_t stride = SCALE_SPAN / n / size * size;
-	uint64_t last, done;
+	uint64_t base, last, done;
 	unsigned long i, half = n / 2, left;
 	double t0, t1, tq = 0, tl = 0;
 	int c, gfd, ret;
 
 	if (stride < size)
 		stride = size;
-	last = SCALE_BASE + (n - 1) * stride + size - 1;
-
 	c = scale_container(t, limit, &gfd);
-	need_aperture(t, c, last);
+	base = scale_base(t, c, n * stride);
+	last = base + (n - 1) * stride + size - 1;
 	/* beyond the 39-bit aperture: only a 48-bit IOMMU can take these */
 	ASSERT_GT(last, 1ULL << 39);
 	th_diag("%lu mappings of %llu MiB (%lu pieces of the buffer), stride %llu MiB, "
 		"IOVA 0x%llx-0x%llx", n, (unsigned long long)(size >> 20), pieces,
-		(unsigned long long)(stride >> 20), (unsigned long long)SCALE_BASE,
+		(unsigned long long)(stride >> 20), (unsigned long long)base,
 		(unsigned long long)last);
 	EXPECT_LIVE(c, 0, size, limit);
 
 	/* 1: map everything */
 	t0 = vu_now();
 	for (i = 0; i < n; i++) {
-		ret = vu_map(c, SCALE_BASE + i * stride, buf + (i % pieces) * size, size, RW);
+		ret = vu_map(c, base + i * stride, buf + (i % pieces) * size, size, RW);
 		if (ret) {
 			th_diag("MAP_DMA %lu of %lu (iova 0x%llx) failed", i, n,
-				(unsigned long long)(SCALE_BASE + i * stride));
+				(unsigned long long)(base + i * stride));
 			ASSERT_EQ(ret, 0);
 		}
 		/* per-MAP_DMA time of the first and the last quarter */
@@ -170,14 +186,14 @@ static void scale_run(struct th *t, char *buf, uint64_t size, unsigned long piec
 		n, t1 - t0, (t1 - t0) * 1e6 / n, tq * 1e6 / (n / 4), (t1 - tl) * 1e6 / (n / 4));
 	EXPECT_LIVE(c, n, size, limit);
 	/* the same range again overlaps; one more mapping is over the limit */
-	EXPECT_EQ(vu_map(c, SCALE_BASE + (n - 1) * stride, buf, size, RW), -EEXIST);
-	EXPECT_EQ(vu_map(c, SCALE_BASE + n * stride, buf, size, RW), -ENOSPC);
+	EXPECT_EQ(vu_map(c, base + (n - 1) * stride, buf, size, RW), -EEXIST);
+	EXPECT_EQ(vu_map(c, base + n * stride, buf, size, RW), -ENOSPC);
 	EXPECT_LIVE(c, n, size, limit);
 
 	/* 2: the upper half with one range unmap (holes between mappings) */
 	t0 = vu_now();
 	done = 0;
-	ASSERT_EQ(vu_unmap(c, SCALE_BASE + half * stride, (n - half) * stride, 0, &done), 0);
+	ASSERT_EQ(vu_unmap(c, base + half * stride, (n - half) * stride, 0, &done), 0);
 	t1 = vu_now();
 	ASSERT_EQ(done, (n - half) * size);
 	th_diag("unmap: one UNMAP_DMA of %lu mappings in %.2f s", n - half, t1 - t0);
@@ -187,7 +203,7 @@ static void scale_run(struct th *t, char *buf, uint64_t size, unsigned long piec
 	t0 = vu_now();
 	for (i = 1; i < half; i += 2) {
 		done = 0;
-		ret = vu_unmap(c, SCALE_BASE + i * stride, size, 0, &done);
+		ret = vu_unmap(c, base + i * stride, size, 0, &done);
 		if (ret || done != size) {
 			th_diag("UNMAP_DMA of mapping %lu failed", i);
 			ASSERT_EQ(ret, 0);
