@@ -4,9 +4,11 @@
  * IOVA says, for every memory kind, at folio and run boundaries, across two
  * separately mapped halves and through a second mapping of the same memory
  * whose IOVA is not 2M-aligned with it (4K leaves).  After UNMAP a DMA to
- * the IOVA faults (DMAR record in the kernel log) and memory stays as it
- * was; a read-only mapping stops device writes, a write-only one device
- * reads.
+ * the IOVA faults (the IOMMU's fault record in the kernel log: DMAR,
+ * AMD-Vi or SMMUv3, edu.h) and memory stays as it was; a read-only mapping
+ * stops device writes, a write-only one device reads.  Where the IOMMU
+ * reports no faults (QEMU's AMD-Vi) everything else is checked and the test
+ * SKIPs, saying so.
  */
 #include "edu.h"
 
@@ -149,6 +151,7 @@ TEST_V12(dma_two_halves_thp)
 	uint8_t *m = th_mem(t, VU_MEM_THP, MEM_SIZE);
 	const uint64_t H = 3 * 0x100000ULL, X = IOVA_AL;
 	uint8_t *ref;
+	long long n0;
 	int kfd;
 
 	edu_open(t, gfd, &e);
@@ -175,13 +178,15 @@ TEST_V12(dma_two_halves_thp)
 	 */
 	EDU_FROM_RAM(&e, X + 0x5000, 0, 0xff0);
 	kfd = kmsg_open(t);
-	dmar_pace_wait();
+	fault_pace_wait();
+	n0 = fault_irqs();
 	EDU_TO_RAM(&e, 0, X + H - 4, 8);
-	EXPECT_TRUE(dmar_fault_seen(kfd, X + H, true, 3000));
-	dmar_pace_after(1.75);
+	EDU_EXPECT_FAULT(kfd, n0, X + H, true);
+	fault_pace_after(1.75);
 	memmove(ref + H - 4, ref + 0x5000, 4);
 	ASSERT_SAME(m, ref, MEM_SIZE);
 	UNMAP_OK(c, X, H);
+	EDU_FAULTS_DONE();
 }
 
 /*
@@ -300,6 +305,7 @@ TEST_V12(dma_after_unmap_faults)
 	memset(rscr, 0, 0xff0);
 	EXPECT_EQ(memcmp(scr, rscr, SZ_4K), 0);
 	UNMAP_OK(c, IOVA_SCRATCH, SZ_4K);
+	EDU_FAULTS_DONE();
 }
 
 /*
@@ -362,6 +368,7 @@ TEST(dma_read_only_write_only)
 
 	UNMAP_RANGE(c, 0, EDU_IOVA_MAX, SZ_2M + 5 * SZ_4K);
 	EXPECT_PINS_VMLCK(0, 0);
+	EDU_FAULTS_DONE();
 }
 
 TEST_HARNESS_MAIN
