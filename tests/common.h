@@ -295,6 +295,28 @@ static inline int th_edu_group(struct th *t)
 	return all[n - 1];
 }
 
+/*
+ * SKIP unless [@iova, @iova + @size) is clear of @group's reserved regions
+ * (but relaxable direct-mapped ones): for a test whose IOVAs are the only
+ * ones it can use, e.g. a 1G-aligned 1G that edu's 28-bit DMA mask reaches,
+ * which is IOVA 0 and holds arm64's software MSI window (0x8000000).
+ */
+static inline void th_need_iova(struct th *t, int group, uint64_t iova, uint64_t size)
+{
+	struct vu_resv r[16];
+	int i, n = th_resv_regions(t, group, r, 16);
+
+	for (i = 0; i < n; i++) {
+		if (!strcmp(r[i].type, "direct-relaxable") ||
+		    r[i].end < iova || r[i].start > iova + size - 1)
+			continue;
+		SKIP("IOVA 0x%llx-0x%llx, the only range the test can use, holds the IOMMU's "
+		     "reserved region 0x%llx-0x%llx (%s)", (unsigned long long)iova,
+		     (unsigned long long)(iova + size - 1), (unsigned long long)r[i].start,
+		     (unsigned long long)r[i].end, r[i].type);
+	}
+}
+
 /* Module that must serve new containers for the backend under test. */
 static inline const char *th_backend_module(void)
 {

@@ -185,6 +185,7 @@ TEST(private_1g)
 	const size_t from = (255ULL << 20) + 0x40, to = (1ULL << 20) + 0x800;
 	char *h;
 
+	th_need_iova(t, th_edu_group(t), HUGE_IOVA, SZ_1G);
 	h = huge_private(t, NULL, SZ_1G, SZ_1G);
 	ASSERT_EQ((uintptr_t)h & (SZ_1G - 1), 0);
 	th_fill(h + from, CNT, 5);
@@ -226,6 +227,7 @@ static void memfd_1g_aliases(struct th *t, bool touched)
 	char *p, *q;
 	int fd;
 
+	th_need_iova(t, th_edu_group(t), HUGE_IOVA, 2 * half);
 	reserve_1g(t, 1);
 	fd = vu_memfd_huge_create(SZ_1G, KB_1G);
 	if (fd == -ENOMEM)

@@ -22,7 +22,8 @@
 #define SLOT_PAGES	8
 #define NSHARED		6			/* S_k = [k * 4, k * 4 + 8) pages */
 #define NPRIVATE	2			/* per thread */
-#define SHARED_BASE	0x8000000ULL
+/* clear of the MSI window of every IOMMU (arm64's is 0x8000000-0x80fffff) */
+#define SHARED_BASE	0xa000000ULL
 #define PRIVATE_BASE	0x9000000ULL
 
 struct mt {

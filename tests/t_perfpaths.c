@@ -25,7 +25,7 @@
 
 #define IOVA_P		0x1000000ULL	/* 16M */
 #define IOVA_Q		0x4000000ULL	/* 64M */
-#define IOVA_R		0x8000000ULL	/* 128M */
+#define IOVA_R		0xc000000ULL	/* 192M: clear of arm64's MSI window at 128M */
 #define BATCH		(1024 * SZ_4K)	/* foliomap's GUP batch */
 
 /* A position-dependent byte: a misplaced page shows. */
