@@ -123,6 +123,8 @@ bench_guest() {
 	[ -z "${FT_MIB:-}" ] || env+=(--env "FT_MIB=$FT_MIB")
 	# Loops of the bar-Ng rows (guest-bench's default: 3).
 	[ -z "${BIG_LOOPS:-}" ] || env+=(--env "BIG_LOOPS=$BIG_LOOPS")
+	# The latency probe's period in us (bench/latency; guest-bench: 500).
+	[ -z "${LATENCY_US:-}" ] || env+=(--env "LATENCY_US=$LATENCY_US")
 	echo "$PROG: guest $krel, $iommu IOMMU, ${mem}G, backends $backends, loops $loops${det:+, deterministic}" >&2
 	"$REPO/vm/run" --kernel "$kernel" --backend stock --mem "${mem}G" --share "$REPO" \
 		"${det[@]}" "${rig[@]}" "${env[@]}" -- "$REPO/bench/guest-bench" --loops "$loops" \
