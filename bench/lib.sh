@@ -25,8 +25,9 @@ kernel=${KERNEL:-6.12}
 loops=${LOOPS:-5}
 backends=${BACKENDS:-stock,foliomap}
 deterministic=${DETERMINISTIC:-0}
-# The guest's emulated IOMMU (vm/run --iommu): intel (VT-d) or amd (AMD-Vi).
-iommu=${IOMMU:-intel}
+# The guest's emulated IOMMU (vm/run --iommu): intel (VT-d, the default) or
+# amd (AMD-Vi) for an x86 guest, smmuv3 (the only one) for arm64: bench_arch.
+iommu=${IOMMU:-}
 
 is_number() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$|^[.][0-9]+$ ]]; }
 
@@ -55,6 +56,23 @@ bench_mark_reference() {
 	echo "$PROG: a reference run: make bench-publish RUN=${1#"$REPO"/} makes it bench/results/$2.json"
 }
 
+# bench_arch: after krel is known, where the guest's programs are (TOOLS,
+# TESTS_BIN; TOOLS_ARCH: the tools/ make argument that builds them) and its
+# IOMMU. An arm64 guest (6.12-arm64) runs the arm64 builds behind the virt
+# machine's SMMUv3, the only IOMMU vm/run gives it.
+bench_arch() {
+	TOOLS=$REPO/tools TESTS_BIN=$REPO/tests/bin TOOLS_ARCH=
+	case "$krel" in
+	*-arm64)
+		TOOLS=$REPO/tools/arm64 TESTS_BIN=$REPO/tests/bin-arm64 TOOLS_ARCH=ARCH=arm64
+		iommu=${iommu:-smmuv3}
+		[ "$iommu" = smmuv3 ] || die "IOMMU '$iommu': an arm64 guest has an SMMUv3 (smmuv3)" ;;
+	*)
+		iommu=${iommu:-intel}
+		case "$iommu" in intel|amd) ;; *) die "IOMMU '$iommu': intel or amd" ;; esac ;;
+	esac
+}
+
 # bench_check_setup SIZES: validate options, resolve the kernel, check builds.
 bench_check_setup() {
 	local s v
@@ -67,13 +85,14 @@ bench_check_setup() {
 	*) die "BACKENDS '$backends': stock, foliomap or stock,foliomap" ;;
 	esac
 	case "$deterministic" in 0|1) ;; *) die "DETERMINISTIC must be 0 or 1" ;; esac
-	case "$iommu" in intel|amd) ;; *) die "IOMMU '$iommu': intel or amd" ;; esac
 	[[ ${FT_MIB:-512} =~ ^[1-9][0-9]*$ ]] || die "FT_MIB '$FT_MIB' is not a positive integer (MiB)"
 	[[ ${FOLIOMAP_PIN_THREADS:-0} =~ ^-?[0-9]+$ ]] ||
 		die "FOLIOMAP_PIN_THREADS '$FOLIOMAP_PIN_THREADS' is not an integer"
 	[ -x "$REPO/vm/run" ] || die "vm/run missing"
 	krel=$("$REPO/vm/kver" "$kernel") || die "no Debian $kernel kernel installed: make deps KERNEL=$kernel"
-	[ -x "$REPO/tools/dma-bench" ] || make -s -C "$REPO/tools" >&2 || die "cannot build tools/dma-bench"
+	bench_arch
+	[ -x "$TOOLS/dma-bench" ] || make -s -C "$REPO/tools" $TOOLS_ARCH >&2 ||
+		die "cannot build ${TOOLS#"$REPO"/}/dma-bench"
 	if [[ $backends == *foliomap* ]]; then
 		local ko=$REPO/kmod/foliomap.ko
 		[ -f "$ko" ] || die "$ko not built: make module KERNEL=$kernel (or BACKENDS=stock to measure stock alone)"
@@ -116,7 +135,7 @@ bench_guest() {
 	# alias1g: up to a terabyte of IOVA from 4 GiB on, beyond the
 	# emulated IOMMU's default 39 bits (512 GiB).
 	[[ " ${modes:-} " != *" alias1g "* ]] || rig+=(--aw-bits 48)
-	[ "$iommu" = intel ] || rig+=(--iommu "$iommu")
+	case "$iommu" in intel|smmuv3) ;; *) rig+=(--iommu "$iommu") ;; esac
 	# foliomap's helper threads (bench/switch-backend sets them): 0 is off.
 	[ -z "${FOLIOMAP_PIN_THREADS:-}" ] || env=(--env "FOLIOMAP_PIN_THREADS=$FOLIOMAP_PIN_THREADS")
 	# The matrix's first-touch size in MiB (matrix-bench's default: 512).

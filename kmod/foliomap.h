@@ -385,6 +385,15 @@ void fm_unpin_external_page(struct fm_dma *dma, dma_addr_t iova, unsigned long p
  * dma_rw.c, devices.c (registration, the dma_unmap callbacks)
  */
 struct fm_vpfn *fm_vpfn_find(struct fm_dma *dma, dma_addr_t iova);
+
+/* Where fm_vpfn_lookup() found no vpfn: the place to link a new one. */
+struct fm_vpfn_slot {
+	struct rb_node		*parent;
+	struct rb_node		**link;
+};
+
+struct fm_vpfn *fm_vpfn_lookup(struct fm_dma *dma, dma_addr_t iova, struct fm_vpfn_slot *slot);
+void fm_vpfn_insert(struct fm_dma *dma, struct fm_vpfn *new, const struct fm_vpfn_slot *slot);
 unsigned long fm_vpfn_count_tree(struct fm_dma *dma, dma_addr_t iova, unsigned long npage);
 
 /* Pages of [iova, +npage) that emulated devices pin: most mappings have none. */
@@ -394,7 +403,6 @@ static inline unsigned long fm_vpfn_count(struct fm_dma *dma, dma_addr_t iova,
 	return RB_EMPTY_ROOT(&dma->pfn_list) ? 0 : fm_vpfn_count_tree(dma, iova, npage);
 }
 
-void fm_vpfn_link(struct fm_dma *dma, struct fm_vpfn *new);
 int fm_pin_pages(void *iommu_data, struct iommu_group *group, dma_addr_t user_iova,
 		 int npage, int prot, struct page **pages);
 void fm_unpin_pages(void *iommu_data, dma_addr_t user_iova, int npage);

@@ -12,10 +12,12 @@
 #include "foliomap.h"
 
 /*
- * Pin the page behind @iova for an emulated device and record it. Memory
- * without a struct page cannot be handed out as a struct page: -EINVAL.
+ * Pin the page behind @iova for an emulated device and record it at @slot
+ * (fm_vpfn_lookup()). Memory without a struct page cannot be handed out as
+ * a struct page: -EINVAL.
  */
-static int fm_pin_external(struct fm_dma *dma, dma_addr_t iova, unsigned long *pfn)
+static int fm_pin_external(struct fm_dma *dma, dma_addr_t iova,
+			   const struct fm_vpfn_slot *slot, unsigned long *pfn)
 {
 	unsigned long vaddr = dma->vaddr + (iova - dma->iova);
 	bool charge = !dma->iommu_mapped;
@@ -40,7 +42,7 @@ static int fm_pin_external(struct fm_dma *dma, dma_addr_t iova, unsigned long *p
 		dma->has_rsvd = true;
 
 	ret = -ENOMEM;
-	vpfn = kzalloc(sizeof(*vpfn), GFP_KERNEL_ACCOUNT);
+	vpfn = kmalloc(sizeof(*vpfn), GFP_KERNEL_ACCOUNT);
 	if (!vpfn)
 		goto unpin;
 
@@ -55,7 +57,7 @@ static int fm_pin_external(struct fm_dma *dma, dma_addr_t iova, unsigned long *p
 	vpfn->iova = iova;
 	vpfn->pfn = *pfn;
 	vpfn->ref_count = 1;
-	fm_vpfn_link(dma, vpfn);
+	fm_vpfn_insert(dma, vpfn, slot);
 	ret = 0;
 	goto out;
 
@@ -127,6 +129,7 @@ int fm_pin_pages(void *iommu_data, struct iommu_group *iommu_group, dma_addr_t u
 
 	for (i = 0; i < npage; i++) {
 		dma_addr_t iova = user_iova + ((dma_addr_t)i << PAGE_SHIFT);
+		struct fm_vpfn_slot slot;
 		struct fm_vpfn *vpfn;
 		unsigned long pfn;
 
@@ -141,14 +144,14 @@ int fm_pin_pages(void *iommu_data, struct iommu_group *iommu_group, dma_addr_t u
 			goto unwind;
 		}
 
-		vpfn = fm_vpfn_find(dma, iova);
+		vpfn = fm_vpfn_lookup(dma, iova, &slot);
 		if (vpfn) {
 			vpfn->ref_count++;
 			pages[i] = pfn_to_page(vpfn->pfn);
 			continue;
 		}
 
-		ret = fm_pin_external(dma, iova, &pfn);
+		ret = fm_pin_external(dma, iova, &slot, &pfn);
 		if (ret)
 			goto unwind;
 		pages[i] = pfn_to_page(pfn);

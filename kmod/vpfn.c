@@ -55,17 +55,34 @@ unsigned long fm_vpfn_count_tree(struct fm_dma *dma, dma_addr_t iova, unsigned l
 	return count;
 }
 
-void fm_vpfn_link(struct fm_dma *dma, struct fm_vpfn *new)
+/*
+ * The vpfn at @iova, or NULL and in @slot where one for @iova is to be
+ * linked: pin_pages looks up and inserts in one descent. The slot is good
+ * until the tree changes, and the tree only changes under iommu->lock,
+ * which pin_pages holds from the lookup to the insert.
+ */
+struct fm_vpfn *fm_vpfn_lookup(struct fm_dma *dma, dma_addr_t iova, struct fm_vpfn_slot *slot)
 {
 	struct rb_node **link = &dma->pfn_list.rb_node, *parent = NULL;
 
 	while (*link) {
+		struct fm_vpfn *vpfn = rb_entry(*link, struct fm_vpfn, node);
+
 		parent = *link;
-		if (new->iova < rb_entry(parent, struct fm_vpfn, node)->iova)
+		if (iova < vpfn->iova)
 			link = &parent->rb_left;
-		else
+		else if (iova > vpfn->iova)
 			link = &parent->rb_right;
+		else
+			return vpfn;
 	}
-	rb_link_node(&new->node, parent, link);
+	slot->parent = parent;
+	slot->link = link;
+	return NULL;
+}
+
+void fm_vpfn_insert(struct fm_dma *dma, struct fm_vpfn *new, const struct fm_vpfn_slot *slot)
+{
+	rb_link_node(&new->node, slot->parent, slot->link);
 	rb_insert_color(&new->node, &dma->pfn_list);
 }
