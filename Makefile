@@ -61,7 +61,7 @@ module:
 	cp build/kmod-$(KVER)/foliomap.ko kmod/foliomap.ko
 
 tools:
-	$(MAKE) -C tools $(if $(filter %-arm64,$(KERNEL)),ARCH=arm64)
+	$(MAKE) -C tools KERNEL=$(KERNEL)
 	$(MAKE) -C tests KERNEL=$(KERNEL)
 
 # tests/check builds the module and the tests for each kernel itself, and

@@ -57,14 +57,14 @@ bench_mark_reference() {
 }
 
 # bench_arch: after krel is known, where the guest's programs are (TOOLS,
-# TESTS_BIN; TOOLS_ARCH: the tools/ make argument that builds them) and its
-# IOMMU. An arm64 guest (6.12-arm64) runs the arm64 builds behind the virt
+# TESTS_BIN; make -C tools KERNEL=... builds them for its architecture) and
+# its IOMMU. An arm64 guest (6.12-arm64) runs the arm64 builds behind the virt
 # machine's SMMUv3, the only IOMMU vm/run gives it.
 bench_arch() {
-	TOOLS=$REPO/tools TESTS_BIN=$REPO/tests/bin TOOLS_ARCH=
+	TOOLS=$REPO/tools TESTS_BIN=$REPO/tests/bin
 	case "$krel" in
 	*-arm64)
-		TOOLS=$REPO/tools/arm64 TESTS_BIN=$REPO/tests/bin-arm64 TOOLS_ARCH=ARCH=arm64
+		TOOLS=$REPO/tools/arm64 TESTS_BIN=$REPO/tests/bin-arm64
 		iommu=${iommu:-smmuv3}
 		[ "$iommu" = smmuv3 ] || die "IOMMU '$iommu': an arm64 guest has an SMMUv3 (smmuv3)" ;;
 	*)
@@ -91,7 +91,7 @@ bench_check_setup() {
 	[ -x "$REPO/vm/run" ] || die "vm/run missing"
 	krel=$("$REPO/vm/kver" "$kernel") || die "no Debian $kernel kernel installed: make deps KERNEL=$kernel"
 	bench_arch
-	[ -x "$TOOLS/dma-bench" ] || make -s -C "$REPO/tools" $TOOLS_ARCH >&2 ||
+	[ -x "$TOOLS/dma-bench" ] || make -s -C "$REPO/tools" KERNEL="$kernel" >&2 ||
 		die "cannot build ${TOOLS#"$REPO"/}/dma-bench"
 	if [[ $backends == *foliomap* ]]; then
 		local ko=$REPO/kmod/foliomap.ko
