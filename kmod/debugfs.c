@@ -27,6 +27,10 @@
  *   parallel_chunks        chunks of them charged and mapped
  *   parallel_helper_chunks ... of which a helper filled some or all
  *   parallel_chunk_ns      time spent filling those chunks, all threads
+ *   parallel_takeovers     batches a helper had in flight that the caller
+ *                          filled itself rather than wait (parallel.c)
+ *   parallel_wasted_pages  pages helpers pinned and unpinned unmapped: those
+ *                          batches, and what a failed map left filled
  */
 #include <linux/debugfs.h>
 #include <linux/math64.h>
@@ -80,6 +84,8 @@ static int fm_stats_show(struct seq_file *m, void *unused)
 	seq_printf(m, "parallel_chunks %llu\n", s.parallel_chunks);
 	seq_printf(m, "parallel_helper_chunks %llu\n", s.parallel_helper_chunks);
 	seq_printf(m, "parallel_chunk_ns %llu\n", s.parallel_chunk_ns);
+	seq_printf(m, "parallel_takeovers %llu\n", s.parallel_takeovers);
+	seq_printf(m, "parallel_wasted_pages %llu\n", s.parallel_wasted_pages);
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(fm_stats);

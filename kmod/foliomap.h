@@ -65,6 +65,8 @@ struct fm_stats {
 	u64			parallel_chunks;	/* chunks charged and mapped */
 	u64			parallel_helper_chunks;	/* ... of them filled by helpers */
 	u64			parallel_chunk_ns;	/* time filling them */
+	u64			parallel_takeovers;	/* helper batches the caller redid */
+	u64			parallel_wasted_pages;	/* pinned by helpers, never mapped */
 };
 
 /* One container. */

@@ -14,13 +14,16 @@
  *   - the caller alone takes the batches in IOVA order and charges and maps
  *     them as it would its own (pin.c): the charge, the run record and the
  *     error returned are those of a serial map;
- *   - the caller never waits for a helper: when the chunk it needs next is
- *     still being filled and there is no other to fill, it splits off the
- *     rest of that chunk behind the helper's batch in flight and fills it
- *     itself; if that batch is still not there then, it takes the batch
- *     over too, and the helper's is dropped when it ends. A helper that is
- *     starved, stopped or throttled delays the map by at most that one
- *     duplicated batch, and a helper that is only slower costs nothing;
+ *   - the caller waits for no helper that is not running: when the chunk
+ *     it needs next is still being filled and there is no other to fill,
+ *     it splits off the rest of that chunk behind the helper's batch in
+ *     flight and fills it itself; if that batch is still not there then,
+ *     it waits for it as long as the helper runs on a CPU (its batch is
+ *     then at most a batch's time away, which doing it again would cost
+ *     too, in work done twice), and takes the batch over otherwise: the
+ *     helper's copy is dropped when it ends. A helper that is starved,
+ *     preempted, stopped or throttled delays the map by at most one
+ *     batch done twice, and a helper that is only slower costs nothing;
  *   - a helper that fails hands the rest of its chunk back and no chunk
  *     beyond the failure is claimed any more: the caller fills the failing
  *     part itself, so the error a map returns is always the caller's own,
@@ -52,8 +55,10 @@
 #include <linux/mm.h>
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
+#include <linux/sched/task.h>
 #include <linux/sizes.h>
 #include <linux/slab.h>
+#include <linux/wait.h>
 
 #include "pin.h"
 #include "trace.h"
@@ -110,6 +115,7 @@ struct fm_par_helper {
 	struct fm_par		*par;
 	struct fm_user_worker	*worker;
 	struct fm_pinner	fill;		/* its own fills' pinner */
+	struct task_struct	*task;		/* its thread, once it ran (a reference) */
 	unsigned int		id;		/* 1.. (0 is the caller) */
 	bool			placed;		/* on par->cpus */
 };
@@ -126,9 +132,12 @@ struct fm_par {
 	unsigned int		window;		/* chunks in the ring */
 	struct fm_par_chunk	*ring;		/* chunk i at i % window */
 	spinlock_t		lock;
+	wait_queue_head_t	wait;		/* the caller, for a helper's batch */
 	unsigned long		claimed;	/* chunks handed out */
 	unsigned long		consumed;	/* chunks taken by p */
 	unsigned long		stop_at;	/* a fill failed here: claim nothing beyond */
+	unsigned long		takeovers;	/* helper batches the caller filled again */
+	unsigned long		wasted;		/* pages helpers pinned for nothing */
 	bool			abort;
 	bool			narrow;		/* helpers run on cpus, not the caller's mask */
 	cpumask_var_t		cpus;		/* where helpers may run */
@@ -233,8 +242,16 @@ static void fm_par_seg_release(struct fm_par *par, struct fm_par_seg *g)
 
 	list_for_each_entry_safe(pb, next, &g->batches, node) {
 		list_del(&pb->node);
+		par->wasted += pb->batch.size;
 		fm_par_batch_release(par, pb);
 	}
+}
+
+/* A helper's batch landed, or it gave its part up: the caller may wait for it. */
+static void fm_par_wake_caller(struct fm_par *par, unsigned int who)
+{
+	if (who != FM_PAR_CALLER && wq_has_sleeper(&par->wait))
+		wake_up(&par->wait);
 }
 
 /*
@@ -288,11 +305,14 @@ static unsigned long fm_par_fill_ahead(struct fm_par *par, struct fm_pinner *f,
 		if (g->filler != who || g->vaddr != vaddr) {
 			/* Taken over by the caller meanwhile. */
 			g->inflight = 0;
+			if (n > 0)
+				par->wasted += n;
 			spin_unlock(&par->lock);
 			if (n > 0)
 				fm_par_batch_release(par, pb);
 			else
 				fm_par_batch_free(pb);
+			fm_par_wake_caller(par, who);
 			return added;
 		}
 		if (n < 0) {
@@ -309,6 +329,7 @@ static unsigned long fm_par_fill_ahead(struct fm_par *par, struct fm_pinner *f,
 		c->ns += ktime_get_ns() - start;
 		c->helped |= who != FM_PAR_CALLER;
 		spin_unlock(&par->lock);
+		fm_par_wake_caller(par, who);
 		added += n;
 		cond_resched();
 	}
@@ -317,6 +338,7 @@ handback:
 out_unlock:
 	g->inflight = 0;
 	spin_unlock(&par->lock);
+	fm_par_wake_caller(par, who);
 	return added;
 }
 
@@ -344,6 +366,11 @@ static bool fm_par_helper_work(void *data)
 	if (!h->placed) {
 		__set_current_state(TASK_RUNNING);
 		h->placed = true;
+		/*
+		 * For the caller to see whether we run (fm_par_wait_helper()):
+		 * the reference is taken before the pointer is seen.
+		 */
+		smp_store_release(&h->task, get_task_struct(current));
 		/* Only ever narrower than the caller's mask (fm_par_start()). */
 		if (par->narrow)
 			set_cpus_allowed_ptr(current, par->cpus);
@@ -392,6 +419,7 @@ static bool fm_par_helper_create(struct fm_par *par)
 	h->par = par;
 	h->id = par->nr_helpers + 1;
 	h->placed = false;
+	h->task = NULL;
 	fm_par_fill_init(par, &h->fill, true);
 	h->worker = fm_compat_user_worker_create(fm_par_helper_work, fm_par_helper_killed, h,
 						 "foliomap-pin");
@@ -514,6 +542,7 @@ static void fm_par_start(struct fm_pinner *p, unsigned long npage)
 		INIT_LIST_HEAD(&par->ring[i].back.batches);
 	}
 	spin_lock_init(&par->lock);
+	init_waitqueue_head(&par->wait);
 	/* Every fill takes the pins the first fill (serial, before) chose. */
 	fm_par_fill_init(par, &par->fill, false);
 
@@ -669,25 +698,63 @@ static long fm_par_fill_head(struct fm_par *par, struct fm_par_chunk *c,
 }
 
 /*
- * Under par->lock, with part @g of the head chunk @c being filled by a
- * helper and nothing else to do: split off what lies behind the helper's
- * batch in flight, for the caller to fill ahead (true). Without anything
- * to split off (split before, or the batch in flight is the rest), the
- * caller takes the rest over: the batch in flight is then filled twice,
- * the helper's dropped.
+ * Under par->lock: is part @g, which the caller needs next, still a
+ * helper's to fill, with nothing filled to take?
+ */
+static bool fm_par_helper_owes(struct fm_par_seg *g)
+{
+	return list_empty(&g->batches) && g->left && g->filler != FM_PAR_CALLER &&
+	       g->filler != FM_PAR_NOBODY;
+}
+
+/*
+ * Under par->lock, with part @g of the head chunk @c owed by a helper and
+ * nothing else to do: split off what lies behind the helper's batch in
+ * flight, for the caller to fill ahead (true), unless it was split before
+ * or the batch in flight is the rest.
  */
 static bool fm_par_split(struct fm_par_chunk *c, struct fm_par_seg *g)
 {
-	if (g == &c->front && !c->split && g->left > g->inflight) {
-		c->split = true;
-		c->back.vaddr = g->vaddr + (g->inflight << PAGE_SHIFT);
-		c->back.left = g->left - g->inflight;
-		c->back.filler = FM_PAR_CALLER;
-		g->left = g->inflight;
-		return true;
-	}
-	g->filler = FM_PAR_CALLER;
-	return false;
+	if (g != &c->front || c->split || g->left <= g->inflight)
+		return false;
+	c->split = true;
+	c->back.vaddr = g->vaddr + (g->inflight << PAGE_SHIFT);
+	c->back.left = g->left - g->inflight;
+	c->back.filler = FM_PAR_CALLER;
+	g->left = g->inflight;
+	return true;
+}
+
+static bool fm_par_owes(struct fm_par *par, struct fm_par_seg *g, unsigned int who)
+{
+	bool owes;
+
+	spin_lock(&par->lock);
+	owes = g->filler == who && fm_par_helper_owes(g);
+	spin_unlock(&par->lock);
+	return owes;
+}
+
+/* How long the caller sleeps before it looks again whether a helper runs */
+#define FM_PAR_WAIT_NS		(500 * NSEC_PER_USEC)
+
+/*
+ * The caller needs part @g next and helper @who owes it its batch in
+ * flight, with nothing left to split off: wait for that batch while the
+ * helper runs on a CPU (as a mutex's spinner waits while its owner runs),
+ * so that it is not filled twice; stop waiting within FM_PAR_WAIT_NS of
+ * the helper leaving its CPU, or at once on a fatal signal (GUP stops on
+ * it in the helper too).
+ */
+static void fm_par_wait_helper(struct fm_par *par, struct fm_par_seg *g, unsigned int who)
+{
+	/* Pairs with the helper's store: its reference is taken before. */
+	struct task_struct *t = smp_load_acquire(&par->helpers[who - 1].task);
+
+	while (t && owner_on_cpu(t) && !fatal_signal_pending(current) &&
+	       fm_par_owes(par, g, who))
+		wait_event_hrtimeout(par->wait, !fm_par_owes(par, g, who),
+				     ns_to_ktime(FM_PAR_WAIT_NS));
 }
 
 /*
@@ -711,8 +778,9 @@ long fm_par_next(struct fm_pinner *p)
 	for (;;) {
 		struct fm_par_chunk *c, *ahead;
 		struct fm_par_batch *pb;
+		bool mine, split, owes;
 		struct fm_par_seg *g;
-		bool mine, split;
+		unsigned int who;
 
 		if (WARN_ON_ONCE(par->consumed == par->nr_chunks))
 			return -EFAULT;
@@ -747,11 +815,26 @@ long fm_par_next(struct fm_pinner *p)
 					       FM_PAR_CALLER))
 			continue;
 		spin_lock(&par->lock);
-		split = list_empty(&g->batches) && g->left && g->filler != FM_PAR_CALLER &&
-			g->filler != FM_PAR_NOBODY && fm_par_split(c, g);
+		owes = fm_par_helper_owes(g);
+		who = g->filler;
+		split = owes && fm_par_split(c, g);
 		spin_unlock(&par->lock);
-		if (split)
+		if (split) {
 			fm_par_fill_ahead(par, &par->fill, c, &c->back, FM_PAR_CALLER);
+			continue;
+		}
+		if (!owes)
+			continue;
+		fm_par_wait_helper(par, g, who);
+
+		/* Still owed: take it over; the batch in flight is done twice. */
+		spin_lock(&par->lock);
+		if (g->filler == who && fm_par_helper_owes(g)) {
+			g->filler = FM_PAR_CALLER;
+			if (g->inflight)
+				par->takeovers++;
+		}
+		spin_unlock(&par->lock);
 	}
 }
 
@@ -773,6 +856,8 @@ void fm_par_stop(struct fm_pinner *p, bool mapped)
 	for (h = 0; h < par->nr_helpers; h++) {
 		fm_compat_user_worker_stop(par->helpers[h].worker);
 		par->helpers[h].worker = NULL;
+		if (par->helpers[h].task)
+			put_task_struct(par->helpers[h].task);
 	}
 
 	if (par->cur)
@@ -799,9 +884,11 @@ void fm_par_stop(struct fm_pinner *p, bool mapped)
 
 	p->iommu->stats.parallel_maps++;
 	p->iommu->stats.parallel_helpers += par->nr_helpers;
+	p->iommu->stats.parallel_takeovers += par->takeovers;
+	p->iommu->stats.parallel_wasted_pages += par->wasted;
 	trace_foliomap_pin_parallel(p->dma->iova + (par->start - p->dma->vaddr),
 				    (u64)par->npage << PAGE_SHIFT, par->nr_helpers + 1,
-				    par->nr_chunks);
+				    par->nr_chunks, par->takeovers, par->wasted);
 	p->batch = par->own;
 	p->par = NULL;
 	fm_par_free(par);

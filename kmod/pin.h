@@ -188,6 +188,7 @@ int fm_batch_map(struct fm_pinner *p);
 int fm_run_map(struct fm_pinner *p);
 int fm_iommu_map(struct iommu_domain *domain, unsigned long iova, phys_addr_t phys,
 		 size_t len, int prot);
+void fm_iommu_map_undo(struct iommu_domain *domain, unsigned long iova, size_t len);
 void fm_batch_release(struct fm_pinner *p, unsigned long r, unsigned long off,
 		      bool charged);
 

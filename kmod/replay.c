@@ -33,8 +33,7 @@ static int fm_replay_copy(struct fm_domain *src, struct fm_domain *dst,
 					       PFN_PHYS(dma->rec[i].pfn), len, prot);
 
 			if (ret) {
-				/* A failed map may leave part of it (run.c). */
-				iommu_unmap(dst->domain, dma->iova + off, len);
+				fm_iommu_map_undo(dst->domain, dma->iova + off, len);
 				return ret;
 			}
 			off += len;
@@ -65,7 +64,7 @@ static int fm_replay_copy(struct fm_domain *src, struct fm_domain *dst,
 		}
 		ret = fm_iommu_map(dst->domain, dma->iova + off, phys, len, prot);
 		if (ret) {
-			iommu_unmap(dst->domain, dma->iova + off, len);
+			fm_iommu_map_undo(dst->domain, dma->iova + off, len);
 			return ret;
 		}
 		off += len;

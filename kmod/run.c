@@ -19,13 +19,40 @@ int fm_iommu_map(struct iommu_domain *domain, unsigned long iova, phys_addr_t ph
 }
 
 /*
+ * Undo a failed fm_iommu_map() of [@iova, @iova + @len) in @domain.
+ * iommu_map() unmaps what the driver says it mapped, but intel-iommu's
+ * map_pages() says nothing of the PTEs it wrote before a page-table
+ * allocation failed (a run across a 2 MiB boundary keeps its first part).
+ * Those would hold no pin once the run is released: a device could reach
+ * freed pages through them. Arm's io-pgtable, on the other hand, warns on
+ * an unmap of what is not mapped, so only the pages still present are
+ * unmapped, found one by one: this is an error path, and iommu_unmap()
+ * flushes before it returns.
+ */
+void fm_iommu_map_undo(struct iommu_domain *domain, unsigned long iova, size_t len)
+{
+	size_t off = 0, start;
+
+	while (off < len) {
+		while (off < len && !iommu_iova_to_phys(domain, iova + off)) {
+			off += PAGE_SIZE;
+			cond_resched();
+		}
+		start = off;
+		while (off < len && iommu_iova_to_phys(domain, iova + off)) {
+			off += PAGE_SIZE;
+			cond_resched();
+		}
+		if (off > start)
+			iommu_unmap(domain, iova + start, off - start);
+	}
+}
+
+/*
  * Map the open run into the target domain(s). On failure nothing of the
  * run is left in any domain (iommu_unmap() flushes) and the run stays open
- * for the caller to release. That includes the domain whose map failed:
- * iommu_map() undoes only the page sizes it finished, and intel-iommu's
- * map leaves the PTEs it wrote before a page-table allocation failed (a
- * run across a 2 MiB boundary keeps its first part). They hold no pin once
- * the run is released: a device could reach freed pages through them.
+ * for the caller to release. That includes the domain whose map failed
+ * (fm_iommu_map_undo()).
  */
 int fm_run_map(struct fm_pinner *p)
 {
@@ -41,7 +68,7 @@ int fm_run_map(struct fm_pinner *p)
 	if (p->target) {
 		ret = fm_iommu_map(p->target->domain, p->run_iova, phys, len, prot);
 		if (ret)
-			iommu_unmap(p->target->domain, p->run_iova, len);
+			fm_iommu_map_undo(p->target->domain, p->run_iova, len);
 	} else {
 		list_for_each_entry(d, &p->iommu->domain_list, next) {
 			ret = fm_iommu_map(d->domain, p->run_iova, phys, len, prot);
@@ -49,7 +76,7 @@ int fm_run_map(struct fm_pinner *p)
 				break;
 		}
 		if (ret) {
-			iommu_unmap(d->domain, p->run_iova, len);
+			fm_iommu_map_undo(d->domain, p->run_iova, len);
 			list_for_each_entry_continue_reverse(d, &p->iommu->domain_list, next)
 				iommu_unmap(d->domain, p->run_iova, len);
 		}

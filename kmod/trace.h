@@ -9,7 +9,10 @@
  *                          the caller took it: helped 1 when a helper
  *                          thread filled some of it; ns is the fills' time
  *   foliomap_pin_parallel  a MAP_DMA pinned in parallel: threads (the
- *                          caller and its helpers) and chunks
+ *                          caller and its helpers), chunks, batches the
+ *                          caller filled again rather than wait for a
+ *                          helper (takeovers), pages helpers pinned for
+ *                          nothing (wasted)
  *
  * iova and size describe the mapping, pages = size / PAGE_SIZE; runs is the
  * number of physically contiguous runs the pin pipeline mapped (one
@@ -64,18 +67,24 @@ TRACE_EVENT(foliomap_pin_chunk,
 		      __entry->iova, __entry->size, __entry->helped, __entry->ns));
 
 TRACE_EVENT(foliomap_pin_parallel,
-	    TP_PROTO(u64 iova, u64 size, unsigned int threads, unsigned long chunks),
-	    TP_ARGS(iova, size, threads, chunks),
+	    TP_PROTO(u64 iova, u64 size, unsigned int threads, unsigned long chunks,
+		     unsigned long takeovers, unsigned long wasted),
+	    TP_ARGS(iova, size, threads, chunks, takeovers, wasted),
 	    TP_STRUCT__entry(__field(u64, iova)
 			     __field(u64, size)
 			     __field(unsigned int, threads)
-			     __field(unsigned long, chunks)),
+			     __field(unsigned long, chunks)
+			     __field(unsigned long, takeovers)
+			     __field(unsigned long, wasted)),
 	    TP_fast_assign(__entry->iova = iova;
 			   __entry->size = size;
 			   __entry->threads = threads;
-			   __entry->chunks = chunks;),
-	    TP_printk("iova=0x%llx size=0x%llx threads=%u chunks=%lu",
-		      __entry->iova, __entry->size, __entry->threads, __entry->chunks));
+			   __entry->chunks = chunks;
+			   __entry->takeovers = takeovers;
+			   __entry->wasted = wasted;),
+	    TP_printk("iova=0x%llx size=0x%llx threads=%u chunks=%lu takeovers=%lu wasted=%lu",
+		      __entry->iova, __entry->size, __entry->threads, __entry->chunks,
+		      __entry->takeovers, __entry->wasted));
 
 #endif /* _FOLIOMAP_TRACE_H */
 

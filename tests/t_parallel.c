@@ -298,13 +298,15 @@ TEST(par_hugetlb_stays_serial)
  * foliomap: with pin_threads=1 a map of 64 MiB uses one helper (none on
  * 6.1) after its first 16 MiB, the rest cut into chunks the caller takes
  * in order; the counters say so. Whether the helper filled a chunk depends on
- * scheduling: it is asked of one of four maps.
+ * scheduling: it is asked of one of four maps. Pages a helper pinned for
+ * nothing in a map that succeeded are those of batches the caller took
+ * over, 1024 at most each.
  */
 TEST(par_counters_and_threads_param)
 {
 	int c = th_container_type(t, VFIO_TYPE1v2_IOMMU, 1);
 	long long threads0 = th_param_read("pin_threads"), helper_chunks = 0;
-	long long maps0, helpers0, chunks0, hchunks0, chunks = 0;
+	long long maps0, helpers0, chunks0, hchunks0, take0, waste0, chunks = 0;
 	int i;
 
 	if (!is_foliomap())
@@ -324,6 +326,8 @@ TEST(par_counters_and_threads_param)
 	helpers0 = par_stat(t, "parallel_helpers");
 	chunks0 = par_stat(t, "parallel_chunks");
 	hchunks0 = par_stat(t, "parallel_helper_chunks");
+	take0 = par_stat(t, "parallel_takeovers");
+	waste0 = par_stat(t, "parallel_wasted_pages");
 	for (i = 0; i < 4 && !helper_chunks; i++) {
 		char *p = par_mem(t, PAR_THP, PAR_SIZE);
 
@@ -343,13 +347,21 @@ TEST(par_counters_and_threads_param)
 		EXPECT_LE(helper_chunks, chunks);
 	}
 	EXPECT_GE(helper_chunks, 1);
-	th_diag("helper filled %lld of %lld chunks in %d maps", helper_chunks, chunks, i);
+	th_diag("helper filled %lld of %lld chunks in %d maps, %lld batches taken over", helper_chunks,
+		chunks, i, par_stat(t, "parallel_takeovers") - take0);
+	EXPECT_GE(par_stat(t, "parallel_takeovers"), take0);
+	EXPECT_LE(par_stat(t, "parallel_wasted_pages") - waste0,
+		  1024 * (par_stat(t, "parallel_takeovers") - take0));
 
 	/* Off: the same map is serial. */
 	ASSERT_EQ(th_param_write("pin_threads", 0), 0);
 	maps0 = par_stat(t, "parallel_maps");
+	take0 = par_stat(t, "parallel_takeovers");
+	waste0 = par_stat(t, "parallel_wasted_pages");
 	MAP_OK(c, PAR_IOVA, par_mem(t, PAR_SHM4K, PAR_SIZE), PAR_SIZE);
 	EXPECT_EQ(par_stat(t, "parallel_maps"), maps0);
+	EXPECT_EQ(par_stat(t, "parallel_takeovers"), take0);
+	EXPECT_EQ(par_stat(t, "parallel_wasted_pages"), waste0);
 	UNMAP_OK(c, PAR_IOVA, PAR_SIZE);
 	EXPECT_ACCT(0);
 	ASSERT_EQ(th_param_write("pin_threads", threads0), 0);

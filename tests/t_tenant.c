@@ -29,6 +29,7 @@
 #include <time.h>
 #include <linux/mempolicy.h>
 
+#include "edu.h"
 #include "fmstats.h"
 
 #define TN_SIZE		(256ULL << 20)
@@ -1065,6 +1066,86 @@ TENANT_TEST(tenant_oom_kill_mid_map)
 	mem_after = tn_cg_num(t, tn_victim, "memory.current");
 	th_diag("memory.current after: %lld kB", mem_after >> 10);
 	EXPECT_LT(mem_after, 16LL << 20);
+	EXPECT_EQ(tn_cg_remove(tn_victim), 0);
+}
+
+/*
+ * The mapper child's memory for tenant_oom_kill_in_iommu_map: touched,
+ * then nothing more may be charged (memory.max = memory.current), so that
+ * what a map of it needs first is the IOMMU's page tables.
+ */
+static void *tn_victim_mem_full(size_t size)
+{
+	char path[200], cur[32];
+	char *p = tn_victim_mem(size);
+
+	if (!p)
+		return NULL;
+	memset(p, 1, size);
+	snprintf(path, sizeof(path), "%s/memory.current", tn_victim);
+	if (tn_read(path, cur, sizeof(cur)) <= 0)
+		return NULL;
+	cur[strcspn(cur, "\n")] = 0;
+	snprintf(path, sizeof(path), "%s/memory.max", tn_victim);
+	if (tn_write(path, cur)) {
+		fprintf(stderr, "t_tenant: echo %s > %s failed\n", cur, path);
+		return NULL;
+	}
+	return p;
+}
+
+/*
+ * The IOMMU's page tables for a map are charged to the mapping process's
+ * memcg (GFP_KERNEL_ACCOUNT): a child whose memcg has no room left maps
+ * 256 MiB of its 4K memory, touched before. The first page table the map
+ * needs is charged over the limit and the memcg OOM killer kills the
+ * child, after which its charges fail: iommu_map() fails in the middle of
+ * the map. The error path must leave nothing mapped, pinned or charged,
+ * and unmap only what is mapped (Arm's io-pgtable warns on unmapping what
+ * is not: a failure of the whole guest run). foliomap maps serially here
+ * (pin_threads=0), so that its helpers' creation is not what meets the
+ * limit first. The kernel's OOM report says where the charge failed: in
+ * iommu_map(), or (when slab or per-CPU charge caches gave out first) in
+ * an allocation before it, which the test reports.
+ */
+TENANT_TEST(tenant_oom_kill_in_iommu_map)
+{
+	long long threads0 = is_foliomap() ? th_param_read("pin_threads") : 0;
+	int groups[1], rfd, status, kfd;
+	bool in_iommu_map;
+	pid_t pid;
+	char done;
+
+	th_e1000e_groups(t, groups, 1);
+	tn_cg_victim_path(tn_victim, sizeof(tn_victim), cg);
+	if (mkdir(tn_victim, 0755))
+		FAIL("mkdir %s: %s", tn_victim, strerror(errno));
+	if (is_foliomap())
+		ASSERT_EQ(th_param_write("pin_threads", 0), 0);
+	kfd = kmsg_open(t);
+	pid = th_mapper_start(t, groups[0], tn_victim_mem_full, TN_SIZE, TN_IOVA, &rfd);
+	if (!th_reap_within(pid, &status, 60000)) {
+		kill(pid, SIGKILL);
+		th_reap_within(pid, &status, 10000);
+	}
+	if (read(rfd, &done, 1) != 1)
+		done = 0;
+	close(rfd);
+	if (is_foliomap())
+		ASSERT_EQ(th_param_write("pin_threads", threads0), 0);
+	in_iommu_map = kmsg_wait(kfd, 2000, "iommu_map", NULL, NULL);
+	th_diag("mapper: %s %d, map %s; memory.events oom_kill %lld; charge failed %s",
+		WIFSIGNALED(status) ? "signal" : "exit",
+		WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+		done == 'D' ? "done" : done == 'E' ? "failed" : "in progress",
+		tn_cg_key(t, tn_victim, "memory.events", "oom_kill"),
+		in_iommu_map ? "in iommu_map()" : "before iommu_map()");
+	EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	EXPECT_EQ(done, 0);
+	EXPECT_GE(tn_cg_key(t, tn_victim, "memory.events", "oom_kill"), 1);
+	EXPECT_EQ(th_pins(t), 0);
+	EXPECT_EQ(fm_helpers_alive(), 0);
+	EXPECT_LT(tn_cg_num(t, tn_victim, "memory.current"), 16LL << 20);
 	EXPECT_EQ(tn_cg_remove(tn_victim), 0);
 }
 
