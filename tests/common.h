@@ -119,6 +119,17 @@ static inline bool th_ro_zero_page_unshared(void)
 }
 
 /*
+ * Kernel difference (IOMMU core): from 6.12 type1 passes GFP_KERNEL_ACCOUNT
+ * to iommu_map() and the IOMMU's page tables are charged to the mapping
+ * process's memcg. 6.1's iommu_map() takes no gfp_t and allocates them with
+ * plain GFP_KERNEL: a memcg at its limit cannot make iommu_map() fail.
+ */
+static inline bool th_iommu_pgtables_charged(void)
+{
+	return th_kernel_series() >= 612;
+}
+
+/*
  * foliomap difference: parallel pinning's helpers are threads of the
  * calling process (vhost_task_create()), which 6.1 cannot create for a
  * module: there foliomap pins in the calling thread alone, whatever
