@@ -1019,6 +1019,32 @@ static void *tn_victim_mem(size_t size)
 	return tn_mem_raw(size);
 }
 
+/* What the mapper child reported before it died ('D', 'E' or nothing). */
+static const char *tn_map_state(char done)
+{
+	return done == 'D' ? "done" : done == 'E' ? "failed" : "in progress";
+}
+
+/*
+ * Waits up to 60 s for the mapper child to die (the memcg OOM killer's
+ * SIGKILL), kills and reaps it when it did not, and reads what it reported
+ * into @done (0: nothing, the map did not return). False when it had to be
+ * killed.
+ */
+static bool tn_mapper_reap(pid_t pid, int rfd, int *status, char *done)
+{
+	bool died = th_reap_within(pid, status, 60000);
+
+	if (!died) {
+		kill(pid, SIGKILL);
+		th_reap_within(pid, status, 10000);
+	}
+	if (read(rfd, done, 1) != 1)
+		*done = 0;
+	close(rfd);
+	return died;
+}
+
 /*
  * A child alone in a cgroup with memory.max 64M and no swap maps 512 MiB
  * never touched: pinned pages cannot be reclaimed, so the memcg OOM killer
@@ -1043,22 +1069,12 @@ TENANT_TEST(tenant_oom_kill_mid_map)
 	if (ret && ret != -ENOENT)
 		FAIL("echo 0 > %s: %s", path, strerror(-ret));
 	pid = th_mapper_start(t, groups[0], tn_victim_mem, TN_OOM_SIZE, TN_IOVA, &rfd);
-	if (!th_reap_within(pid, &status, 60000)) {
-		if (read(rfd, &done, 1) != 1)
-			done = 0;
-		kill(pid, SIGKILL);
-		th_reap_within(pid, &status, 10000);
-		FAIL("the mapper was not killed within 60 s (map %s)",
-		     done == 'D' ? "done" : done == 'E' ? "failed" : "in progress");
-	}
-	if (read(rfd, &done, 1) != 1)
-		done = 0;
-	close(rfd);
+	if (!tn_mapper_reap(pid, rfd, &status, &done))
+		FAIL("the mapper was not killed within 60 s (map %s)", tn_map_state(done));
 	th_diag("mapper: %s %d, map %s; memory.events oom_kill %lld",
 		WIFSIGNALED(status) ? "signal" : "exit",
 		WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
-		done == 'D' ? "done" : done == 'E' ? "failed" : "in progress",
-		tn_cg_key(t, tn_victim, "memory.events", "oom_kill"));
+		tn_map_state(done), tn_cg_key(t, tn_victim, "memory.events", "oom_kill"));
 	EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
 	EXPECT_EQ(done, 0);
 	EXPECT_GE(tn_cg_key(t, tn_victim, "memory.events", "oom_kill"), 1);
@@ -1117,7 +1133,7 @@ TENANT_TEST(tenant_oom_kill_in_iommu_map)
 	long long threads0 = is_foliomap() ? th_param_read("pin_threads") : 0;
 	bool charged = th_iommu_pgtables_charged();
 	int groups[1], rfd, status, kfd;
-	bool in_iommu_map = false;
+	bool in_iommu_map = false, died = true;
 	long long at_kill;
 	pid_t pid;
 	char done;
@@ -1130,27 +1146,20 @@ TENANT_TEST(tenant_oom_kill_in_iommu_map)
 		ASSERT_EQ(th_param_write("pin_threads", 0), 0);
 	kfd = kmsg_open(t);
 	pid = th_mapper_start(t, groups[0], tn_victim_mem_full, TN_SIZE, TN_IOVA, &rfd);
-	if (charged) {
-		if (!th_reap_within(pid, &status, 60000)) {
-			kill(pid, SIGKILL);
-			th_reap_within(pid, &status, 10000);
-		}
-		if (read(rfd, &done, 1) != 1)
-			done = 0;
-		close(rfd);
-	} else {
-		/* Nothing can fail: kill the child once it reports. */
+	if (charged)
+		died = tn_mapper_reap(pid, rfd, &status, &done);
+	else	/* Nothing can fail: kill the child once it reports. */
 		done = th_mapper_kill_at(t, pid, rfd, LLONG_MAX, &at_kill, &status);
-	}
 	if (is_foliomap())
 		ASSERT_EQ(th_param_write("pin_threads", threads0), 0);
+	if (!died)
+		FAIL("the mapper was not killed within 60 s (map %s)", tn_map_state(done));
 	if (charged)
 		in_iommu_map = kmsg_wait(kfd, 2000, "iommu_map", NULL, NULL);
 	th_diag("mapper: %s %d, map %s; memory.events oom_kill %lld; charge failed %s",
 		WIFSIGNALED(status) ? "signal" : "exit",
 		WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
-		done == 'D' ? "done" : done == 'E' ? "failed" : "in progress",
-		tn_cg_key(t, tn_victim, "memory.events", "oom_kill"),
+		tn_map_state(done), tn_cg_key(t, tn_victim, "memory.events", "oom_kill"),
 		!charged ? "nowhere (page tables not charged)" :
 		in_iommu_map ? "in iommu_map()" : "before iommu_map()");
 	EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
