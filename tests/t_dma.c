@@ -182,7 +182,7 @@ TEST_V12(dma_two_halves_thp)
 	n0 = fault_irqs();
 	EDU_TO_RAM(&e, 0, X + H - 4, 8);
 	EDU_EXPECT_FAULT(kfd, n0, X + H, true);
-	fault_pace_after(1.75);
+	fault_pace_after(fault_pace_probe());
 	memmove(ref + H - 4, ref + 0x5000, 4);
 	ASSERT_SAME(m, ref, MEM_SIZE);
 	UNMAP_OK(c, X, H);
