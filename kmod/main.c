@@ -32,10 +32,17 @@ module_param_named(dma_entry_limit, fm_dma_entry_limit, uint, 0644);
 MODULE_PARM_DESC(dma_entry_limit,
 		 "Maximum number of user DMA mappings per container, read when it is opened (default: 65535)");
 
-int fm_pin_threads = -1;
+/*
+ * Serial on PREEMPT_RT: a helper is an ordinary thread, which the fair
+ * server may run ahead of the host's real-time tasks for milliseconds when
+ * it starts, and which there costs more than it saves when no CPU is free
+ * for it (bench/results/NOTES.md). An RT host keeps its CPUs for its
+ * real-time tasks anyway; pin_threads=-1 asks for helpers.
+ */
+int fm_pin_threads = IS_ENABLED(CONFIG_PREEMPT_RT) ? 0 : -1;
 module_param_named(pin_threads, fm_pin_threads, int, 0644);
 MODULE_PARM_DESC(pin_threads,
-		 "Helper kernel threads that pin a large MAP_DMA with the caller: 0 off, -1 one fewer than the CPUs the caller may run on (at most 15) (default: -1)");
+		 "Helper kernel threads that pin a large MAP_DMA with the caller: 0 off, -1 one fewer than the CPUs the caller may run on (at most 15) (default: -1, 0 on PREEMPT_RT)");
 
 unsigned int fm_pin_parallel_min_mb = 64;
 module_param_named(pin_parallel_min_mb, fm_pin_parallel_min_mb, uint, 0644);
