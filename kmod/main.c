@@ -33,11 +33,11 @@ MODULE_PARM_DESC(dma_entry_limit,
 		 "Maximum number of user DMA mappings per container, read when it is opened (default: 65535)");
 
 /*
- * Serial on PREEMPT_RT: a helper is an ordinary thread, which the fair
- * server may run ahead of the host's real-time tasks for milliseconds when
- * it starts, and which there costs more than it saves when no CPU is free
- * for it (bench/results/NOTES.md). An RT host keeps its CPUs for its
- * real-time tasks anyway; pin_threads=-1 asks for helpers.
+ * Serial on PREEMPT_RT: there a helper costs more than it saves when no
+ * CPU is free for it (a first touch of 4 KiB shmem 1.3% slower with one
+ * than without in a deterministic guest, bench/results/NOTES.md), and an
+ * RT host keeps its CPUs for its real-time tasks. pin_threads=-1 asks for
+ * helpers.
  */
 int fm_pin_threads = IS_ENABLED(CONFIG_PREEMPT_RT) ? 0 : -1;
 module_param_named(pin_threads, fm_pin_threads, int, 0644);
