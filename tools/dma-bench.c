@@ -18,6 +18,9 @@
  * --latency runs a cyclictest-like probe on every CPU (latprobe.c) and
  * gives, per step, the latest wakeup during MAP_DMA and during UNMAP_DMA:
  * about the longest stretch the kernel ran without a preemption point.
+ * It also counts how often the mapping thread blocked (voluntary context
+ * switches) in each step: a thread that sleeps and wakes is enqueued
+ * afresh, which is when a kernel's scheduler may run it ahead of the probe.
  * --unmap-by-close replaces UNMAP_DMA with closing the group and the
  * container while the buffer is mapped: type1's release, what a VMM's exit
  * costs.
@@ -90,6 +93,8 @@ struct series {
 	double *unmap_s;
 	double *map_lat_us;	/* --latency: latest probe wakeup per step */
 	double *unmap_lat_us;
+	long *map_sleeps;	/* --latency: voluntary context switches per step */
+	long *unmap_sleeps;
 	long long record_bytes;	/* foliomap's run record while mapped, -1 unknown */
 	int n;
 	int warmup;		/* untimed loops still to run */
@@ -110,8 +115,11 @@ static int series_init(const struct opts *o, struct series *s)
 		s[b].unmap_s = calloc(o->loops, sizeof(double));
 		s[b].map_lat_us = calloc(o->loops, sizeof(double));
 		s[b].unmap_lat_us = calloc(o->loops, sizeof(double));
+		s[b].map_sleeps = calloc(o->loops, sizeof(long));
+		s[b].unmap_sleeps = calloc(o->loops, sizeof(long));
 		s[b].record_bytes = -1;
-		if (!s[b].map_s || !s[b].unmap_s || !s[b].map_lat_us || !s[b].unmap_lat_us)
+		if (!s[b].map_s || !s[b].unmap_s || !s[b].map_lat_us || !s[b].unmap_lat_us ||
+		    !s[b].map_sleeps || !s[b].unmap_sleeps)
 			return -ENOMEM;
 	}
 	return 0;
@@ -389,6 +397,7 @@ struct step {
 	struct vu_counters before;
 	double t0, t1, t1b, t2;
 	long long map_lat, unmap_lat;
+	long map_sleeps, unmap_sleeps;
 	long long record;
 	int err;
 	bool closed;
@@ -417,6 +426,14 @@ static long long foliomap_record_bytes(void)
 	return sum;
 }
 
+/* How often the calling thread has blocked so far. */
+static long thread_sleeps(void)
+{
+	struct rusage ru;
+
+	return getrusage(RUSAGE_THREAD, &ru) ? 0 : ru.ru_nvcsw;
+}
+
 /*
  * The timed part of one step, in container @c with group @gfd (whose
  * counters it reads first): the step warm-up, then MAP_DMA and UNMAP_DMA of
@@ -443,9 +460,11 @@ static int step_run(const struct opts *o, int c, int gfd, void *buf, uint64_t si
 	}
 	if (o->lp)
 		latprobe_reset(o->lp);
+	st->map_sleeps = thread_sleeps();
 	st->t0 = vu_now();
 	err = vu_map(c, o->iova, buf, size, VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE);
 	st->t1 = vu_now();
+	st->map_sleeps = thread_sleeps() - st->map_sleeps;
 	if (o->lp)
 		st->map_lat = latprobe_max_ns(o->lp);
 	if (err) {
@@ -468,6 +487,7 @@ static int step_run(const struct opts *o, int c, int gfd, void *buf, uint64_t si
 	}
 	if (o->lp)
 		latprobe_reset(o->lp);
+	st->unmap_sleeps = thread_sleeps();
 	st->t1b = vu_now();
 	if (o->unmap_by_close) {
 		close_container(c, gfd);
@@ -477,6 +497,7 @@ static int step_run(const struct opts *o, int c, int gfd, void *buf, uint64_t si
 		st->err = vu_unmap(c, o->iova, size, 0, &unmapped);
 	}
 	st->t2 = vu_now();
+	st->unmap_sleeps = thread_sleeps() - st->unmap_sleeps;
 	if (o->lp)
 		st->unmap_lat = latprobe_max_ns(o->lp);
 	if (st->err || unmapped != size) {
@@ -517,6 +538,8 @@ static int step_done(const char *what, int loop, struct series *s, const struct 
 	s->unmap_s[s->n] = st->t2 - st->t1b;
 	s->map_lat_us[s->n] = st->map_lat / 1e3;
 	s->unmap_lat_us[s->n] = st->unmap_lat / 1e3;
+	s->map_sleeps[s->n] = st->map_sleeps;
+	s->unmap_sleeps[s->n] = st->unmap_sleeps;
 	if (st->record > s->record_bytes)
 		s->record_bytes = st->record;
 	s->n++;
@@ -583,6 +606,16 @@ static void print_array(const double *v, int n)
 	putchar(']');
 }
 
+static void print_long_array(const long *v, int n)
+{
+	int i;
+
+	putchar('[');
+	for (i = 0; i < n; i++)
+		printf("%s%ld", i ? ", " : "", v[i]);
+	putchar(']');
+}
+
 static void print_json(const struct opts *o, enum vu_mem_kind kind, const struct series *s)
 {
 	printf("{\"backend\": \"%s\", ", s->backend);
@@ -599,6 +632,10 @@ static void print_json(const struct opts *o, enum vu_mem_kind kind, const struct
 		print_array(s->map_lat_us, s->n);
 		printf(", \"unmap_maxlat_us\": ");
 		print_array(s->unmap_lat_us, s->n);
+		printf(", \"map_sleeps\": ");
+		print_long_array(s->map_sleeps, s->n);
+		printf(", \"unmap_sleeps\": ");
+		print_long_array(s->unmap_sleeps, s->n);
 	}
 	if (s->record_bytes >= 0)
 		printf(", \"record_bytes\": %lld", s->record_bytes);
@@ -650,6 +687,8 @@ static void report_series(const struct opts *o, enum vu_mem_kind kind, struct se
 		free(s[b].unmap_s);
 		free(s[b].map_lat_us);
 		free(s[b].unmap_lat_us);
+		free(s[b].map_sleeps);
+		free(s[b].unmap_sleeps);
 	}
 }
 
