@@ -2,14 +2,15 @@
 # Ad-hoc: dma-bench's latency probe (50 us) beside 4 GiB populate maps,
 # unmaps and closes, serial, fair server as booted, under the kernel's
 # wakeup_rt tracer (function tracing off, sched and hard-interrupt events
-# on) with tracing_thresh 1000 us: any wakeup of a probe thread that waits
-# 1 ms or more for its CPU is kept with the events between its wakeup and
-# its switch-in. Repeats ROUNDS processes of LOOPS maps with UNMAP_DMA and
-# LOOPS with close, stopping at the first such stall.
-# Arguments: BACKENDS (foliomap) LOOPS (10) ROUNDS (6).
+# on) with tracing_thresh 1000 us: any wakeup of a real-time thread that
+# waits 1 ms or more for its CPU is kept with the events between its wakeup
+# and its switch-in (the latest such one). Repeats ROUNDS processes of
+# LOOPS maps with UNMAP_DMA and LOOPS with close; after each, prints the
+# kept trace if there is one and, with STOP=1 (default), stops there.
+# Arguments: BACKENDS (foliomap) LOOPS (10) ROUNDS (6) STOP (1).
 repo=/work/main
 T=/sys/kernel/tracing
-be=${1:-foliomap} loops=${2:-10} rounds=${3:-6}
+be=${1:-foliomap} loops=${2:-10} rounds=${3:-6} stop=${4:-1}
 mount -t tracefs none $T 2>/dev/null
 mount -t debugfs none /sys/kernel/debug 2>/dev/null
 fs=/sys/kernel/debug/sched/fair_server
@@ -36,6 +37,7 @@ while [ $r -lt $rounds ]; do
 		if [ "$lat" -ge 1000 ]; then
 			echo "== trace of the stall"
 			cat $T/trace
+			[ "$stop" = 1 ] || continue
 			r=$rounds
 			break
 		fi
