@@ -36,7 +36,10 @@ while [ $r -lt $rounds ]; do
 		echo "# round $r ${c:-unmap}: wakeup_rt max latency $lat us"
 		if [ "$lat" -ge 1000 ]; then
 			echo "== trace of the stall"
+			# Tracing off while reading, or a new wait replaces this one.
+			echo 0 > $T/tracing_on
 			cat $T/trace
+			echo 1 > $T/tracing_on
 			[ "$stop" = 1 ] || continue
 			r=$rounds
 			break
