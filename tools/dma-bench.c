@@ -458,15 +458,17 @@ static int step_run(const struct opts *o, int c, int gfd, void *buf, uint64_t si
 		s->failures++;
 		return -EIO;
 	}
-	if (o->lp)
+	if (o->lp) {
 		latprobe_reset(o->lp);
-	st->map_sleeps = thread_sleeps();
+		st->map_sleeps = thread_sleeps();
+	}
 	st->t0 = vu_now();
 	err = vu_map(c, o->iova, buf, size, VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE);
 	st->t1 = vu_now();
-	st->map_sleeps = thread_sleeps() - st->map_sleeps;
-	if (o->lp)
+	if (o->lp) {
 		st->map_lat = latprobe_max_ns(o->lp);
+		st->map_sleeps = thread_sleeps() - st->map_sleeps;
+	}
 	if (err) {
 		fprintf(stderr, "dma-bench: ERROR: %s %s loop %d: MAP_DMA failed: %s\n",
 			s->backend, what, loop + 1, strerror(-err));
@@ -485,9 +487,10 @@ static int step_run(const struct opts *o, int c, int gfd, void *buf, uint64_t si
 		if (system(cmd))
 			fprintf(stderr, "dma-bench: --after-map command failed: %s\n", cmd);
 	}
-	if (o->lp)
+	if (o->lp) {
 		latprobe_reset(o->lp);
-	st->unmap_sleeps = thread_sleeps();
+		st->unmap_sleeps = thread_sleeps();
+	}
 	st->t1b = vu_now();
 	if (o->unmap_by_close) {
 		close_container(c, gfd);
@@ -497,9 +500,10 @@ static int step_run(const struct opts *o, int c, int gfd, void *buf, uint64_t si
 		st->err = vu_unmap(c, o->iova, size, 0, &unmapped);
 	}
 	st->t2 = vu_now();
-	st->unmap_sleeps = thread_sleeps() - st->unmap_sleeps;
-	if (o->lp)
+	if (o->lp) {
 		st->unmap_lat = latprobe_max_ns(o->lp);
+		st->unmap_sleeps = thread_sleeps() - st->unmap_sleeps;
+	}
 	if (st->err || unmapped != size) {
 		fprintf(stderr, "dma-bench: ERROR: %s %s loop %d: UNMAP_DMA %s, %" PRIu64
 			" of %" PRIu64 " bytes unmapped\n", s->backend, what,
