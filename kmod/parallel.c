@@ -284,6 +284,7 @@ static unsigned long fm_par_fill_ahead(struct fm_par *par, struct fm_pinner *f,
 		left = g->left;
 		g->inflight = min_t(unsigned long, left, FM_BATCH_PAGES);
 		spin_unlock(&par->lock);
+		fm_pause(FM_PAUSE_FILL, who, vaddr);
 
 		pb = kmalloc(sizeof(*pb), GFP_KERNEL_ACCOUNT);
 		if (!pb) {
@@ -300,6 +301,7 @@ static unsigned long fm_par_fill_ahead(struct fm_par *par, struct fm_pinner *f,
 		else
 			n = fm_pinner_fill(f, vaddr, left);
 		f->batch = NULL;
+		fm_pause(FM_PAUSE_FILLED, who, vaddr);
 
 		spin_lock(&par->lock);
 		if (g->filler != who || g->vaddr != vaddr) {
@@ -331,6 +333,7 @@ static unsigned long fm_par_fill_ahead(struct fm_par *par, struct fm_pinner *f,
 		spin_unlock(&par->lock);
 		fm_par_wake_caller(par, who);
 		added += n;
+		fm_pause(FM_PAUSE_LANDED, who, vaddr);
 		cond_resched();
 	}
 handback:
@@ -400,9 +403,10 @@ static unsigned int fm_par_helpers_wanted(const struct cpumask *mask, unsigned l
 	int want = READ_ONCE(fm_pin_threads);
 	unsigned int cpus = cpumask_weight(mask);
 
-	if (!want || cpus < 2 || nr_chunks < 2)
+	if (!want || (cpus < 2 && !fm_test_build) || nr_chunks < 2)
 		return 0;
-	if (want < 0 || want > cpus - 1)
+	/* The test build may have more helpers than CPUs (tests/t_parrace.c). */
+	if (want < 0 || (want > cpus - 1 && !fm_test_build))
 		want = cpus - 1;
 	return min3((unsigned long)want, nr_chunks - 1, (unsigned long)FM_PAR_MAX_HELPERS);
 }
@@ -820,6 +824,7 @@ long fm_par_next(struct fm_pinner *p)
 		split = owes && fm_par_split(c, g);
 		spin_unlock(&par->lock);
 		if (split) {
+			fm_pause(FM_PAUSE_SPLIT, FM_PAR_CALLER, c->back.vaddr);
 			fm_par_fill_ahead(par, &par->fill, c, &c->back, FM_PAR_CALLER);
 			continue;
 		}

@@ -68,10 +68,12 @@ static inline long long stat_of(int id, const char *name)
 
 /*
  * Threads whose comm starts with FM_HELPER_COMM, in any process
- * (/proc/<pid>/task/<tid>/comm): none may outlive the MAP_DMA that
- * started it. -1 if /proc cannot be read.
+ * (/proc/<pid>/task/<tid>/comm), once more than none is found: a helper
+ * is reaped by a kernel worker right after the MAP_DMA that started it
+ * (kmod/parallel.c), so it is given up to 5 s to go. -1 if /proc cannot
+ * be read.
  */
-static inline int fm_helpers_alive(void)
+static inline int fm_helpers_count(void)
 {
 	char path[600], comm[64];
 	struct dirent *e, *te;
@@ -103,6 +105,15 @@ static inline int fm_helpers_alive(void)
 		closedir(td);
 	}
 	closedir(d);
+	return n;
+}
+
+static inline int fm_helpers_alive(void)
+{
+	int n, i;
+
+	for (i = 0; (n = fm_helpers_count()) > 0 && i < 500; i++)
+		usleep(10000);
 	return n;
 }
 
