@@ -520,15 +520,16 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 		n = fm_batch_pin_fast(b, p->mm, vaddr, npage, dma->prot, &seq);
 	mmap_read_lock(p->mm);
 	/*
-	 * A helper thread (parallel.c) leaves hugetlbfs memory to the caller,
-	 * which pins it as a serial map does (by folio where the dma takes
-	 * folio pins, filepin.c): helpers only start for a range without
-	 * hugetlbfs, and this catches hugetlbfs mapped there meanwhile.
+	 * A helper thread (parallel.c) leaves hugetlbfs and device memory to
+	 * the caller, which pins or looks it up as a serial map does (by folio
+	 * where the dma takes folio pins, filepin.c): helpers only start for a
+	 * range of neither, and this catches either mapped there meanwhile.
 	 * Checked under the lock the fill holds, it covers every vma the fill
 	 * can reach.
 	 */
-	if (p->helper && fm_range_has_vm_flags(p->mm, fm_compat_untagged_addr(p->mm, vaddr),
-					       npage << PAGE_SHIFT, VM_HUGETLB)) {
+	if (p->ordinary_only &&
+	    fm_range_has_vm_flags(p->mm, fm_compat_untagged_addr(p->mm, vaddr),
+				  npage << PAGE_SHIFT, VM_HUGETLB | VM_PFNMAP | VM_IO)) {
 		mmap_read_unlock(p->mm);
 		if (n > 0)
 			unpin_user_pages(b->pages, n);
@@ -559,7 +560,7 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 	 * Not for a helper: it refuses hugetlbfs, whose folios these are, and
 	 * fm_filepin() drops the lock its check was made under.
 	 */
-	if (dma->folio_pins && !p->helper) {
+	if (dma->folio_pins && !p->ordinary_only) {
 		unsigned long first, want = min_t(unsigned long, npage, FM_FILEPIN_PAGES);
 
 		/* Drops mmap_lock: the inode lock must not nest inside it. */
@@ -568,7 +569,7 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 			fm_batch_reset(b);
 			fm_batch_folios_to_runs(b, n, first, want);
 			b->folio_pinned = true;
-			p->probe_slow += b->size;
+			p->probe.slow += b->size;
 			return b->size;
 		}
 		mmap_read_lock(p->mm);
@@ -576,7 +577,7 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 		n = fm_hugepin(b, p->mm, vaddr, npage, fm_gup_flags(dma->prot));
 		if (n > 0) {
 			mmap_read_unlock(p->mm);
-			p->probe_slow += n;
+			p->probe.slow += n;
 			return n;
 		}
 	}
@@ -589,7 +590,7 @@ long fm_pinner_fill(struct fm_pinner *p, unsigned long vaddr, unsigned long npag
 	 * memory is looked up in microseconds per GiB: not work for helpers.
 	 */
 	if (n > 0 && !b->pfnmap)
-		p->probe_slow += n;
+		p->probe.slow += n;
 	return n;
 }
 

@@ -141,7 +141,7 @@ int fm_batch_charge(struct fm_pinner *p)
 		while (left) {
 			unsigned long len = fm_folio_segment(pfn, left);
 
-			p->probe_segs++;	/* parallel.c: folio size */
+			p->probe.segs++;	/* parallel.c: folio size */
 			/*
 			 * Reserved pages are not charged (GUP still pins them,
 			 * see fm_release_run()). A driver that reserves a
@@ -162,11 +162,8 @@ int fm_batch_charge(struct fm_pinner *p)
 	charge += fm_stretch_charge(dma, stretch, (iova - stretch) >> PAGE_SHIFT);
 
 	/* Charged ahead (parallel.c): no mmap_write_lock per batch. */
-	WARN_ON_ONCE(p->prepaid && charge > p->prepaid);
-	if (charge <= p->prepaid) {
-		p->prepaid -= charge;
+	if (p->par && fm_par_prepaid(p, charge))
 		return 0;
-	}
 	ret = fm_lock_acct(dma, charge, false);
 	if (ret == -ENOMEM)
 		pr_warn_ratelimited("foliomap: %s (%d): RLIMIT_MEMLOCK (%lu) exceeded\n",

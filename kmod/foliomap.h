@@ -510,6 +510,10 @@ int fm_enforce_cache_coherency(struct fm_iommu *iommu);
 /* debugfs.c: per-container counters; all optional (no debugfs: no-ops) */
 void fm_debugfs_init(void);
 void fm_debugfs_exit(void);
+
+/* parallel.c: the workqueue that reaps helper threads after their map */
+int fm_par_init(void);
+void fm_par_exit(void);
 void fm_debugfs_open(struct fm_iommu *iommu);
 void fm_debugfs_release(struct fm_iommu *iommu);
 

@@ -76,13 +76,18 @@ static int __init fm_init(void)
 	ret = fm_inject_init();
 	if (ret)
 		goto out_debugfs;
-	ret = vfio_register_iommu_driver(&fm_driver_ops);
+	ret = fm_par_init();
 	if (ret)
 		goto out_inject;
+	ret = vfio_register_iommu_driver(&fm_driver_ops);
+	if (ret)
+		goto out_par;
 
 	pr_info("serving new VFIO type1 containers; rmmod foliomap returns them to vfio_iommu_type1\n");
 	return 0;
 
+out_par:
+	fm_par_exit();
 out_inject:
 	fm_inject_exit();
 out_debugfs:
@@ -93,6 +98,7 @@ out_debugfs:
 static void __exit fm_exit(void)
 {
 	vfio_unregister_iommu_driver(&fm_driver_ops);
+	fm_par_exit();
 	fm_inject_exit();
 	fm_debugfs_exit();
 }

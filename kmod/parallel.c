@@ -3,45 +3,78 @@
  * Parallel pinning of a large MAP_DMA. Faulting in and zeroing memory that
  * was never touched is most of what a VMM's MAP_DMA of guest RAM costs
  * without prealloc, and GUP does it one page after another. Here helper
- * threads fill the pipeline's batches ahead of the caller:
- *
- *   - the dma is cut into chunks at vaddr multiples of a power of two
- *     (2 MiB to 32 MiB); chunks are claimed in IOVA order, by helpers and
- *     by the caller, at most a window of them ahead of the oldest one not
- *     yet consumed;
- *   - a chunk is filled with the ordinary fill (batch.c) into batches of
- *     its own: GUP pins or PFNMAP lookups, nothing charged, nothing mapped;
- *   - the caller alone takes the batches in IOVA order and charges and maps
- *     them as it would its own (pin.c): the charge, the run record and the
- *     error returned are those of a serial map;
- *   - the caller waits for no helper that is not running: when the chunk
- *     it needs next is still being filled and there is no other to fill,
- *     it splits off the rest of that chunk behind the helper's batch in
- *     flight and fills it itself; if that batch is still not there then,
- *     it waits for it as long as the helper runs on a CPU (its batch is
- *     then at most a batch's time away, which doing it again would cost
- *     too, in work done twice), and takes the batch over otherwise: the
- *     helper's copy is dropped when it ends. A helper that is starved,
- *     preempted, stopped or throttled delays the map by at most one
- *     batch done twice, and a helper that is only slower costs nothing;
- *   - a helper that fails hands the rest of its chunk back and no chunk
- *     beyond the failure is claimed any more: the caller fills the failing
- *     part itself, so the error a map returns is always the caller's own,
- *     met where a serial map meets it;
- *   - at the end the helpers are stopped and reaped before the ioctl
- *     returns, and every batch not consumed is unpinned, never charged.
+ * threads fill the pipeline's batches (pin.h) ahead of the caller, which
+ * alone charges and maps them, in IOVA order, as it would its own: the
+ * charge, the run record and the error a map returns are those of a
+ * serial map.
  *
  * The helpers are threads of the calling process (vhost_task_create(), the
  * user workers of vhost and of KVM's NX recovery; compat.h), created by
  * the calling thread. So they are in all of its cgroups (cpu, cpuset, io,
  * memory, pids, hugetlb) and count in its CPU time and PSI; they inherit
- * its affinity, scheduling policy, nice level and task mempolicy, share
- * its mm, files nothing; they get the process's fatal signals (GUP stops
- * on them) and are part of an OOM victim. A helper that cannot be created
- * (pids.max, RLIMIT_NPROC, memory) is not started: the map is then serial.
- * The only placement a helper chooses is its node: with the default (local)
- * policy, it runs on the caller's node, so that pages land where the
- * caller's would; with a task mempolicy the policy places them.
+ * its affinity, nice level and task mempolicy (a real-time caller's
+ * helpers run SCHED_OTHER, fm_par_helper_place()), share its mm, files
+ * nothing; they get the process's fatal signals (GUP stops on them) and
+ * are part of an OOM victim. A helper that cannot be created (pids.max,
+ * RLIMIT_NPROC, memory) is not started: the map is then serial.
+ *
+ * The work: the rest of the dma is cut into chunks at vaddr multiples of a
+ * power of two (2 MiB to 32 MiB), claimed in IOVA order by helpers and by
+ * the caller, at most a window of them ahead of the oldest chunk not yet
+ * consumed, each in slot (index % window) of a ring.
+ *
+ * Segments. A chunk has a front and, once the caller split it, a back.
+ * Each segment's unfilled pages [vaddr, vaddr + left) are in one state,
+ * changed only under par->lock, each change by one function below
+ * (fm_seg_*()), which asserts the lock and the state it expects:
+ *
+ *	EMPTY --init(who)--> OWNED(who) --begin--> FILLING(who) --land--> OWNED(who)
+ *	                                                         \-------> EMPTY
+ *	OWNED/FILLING(helper) --handback--> OPEN --give(caller)--> OWNED(caller)
+ *	OWNED/FILLING(helper) --take_over--> OWNED(caller)
+ *	FILLING(helper) --split--> FILLING(helper), its batch in flight only
+ *	                           + the back: OWNED(caller), the rest
+ *
+ *   - OWNED: @owner alone may fill it; FILLING: @owner fills
+ *     [vaddr, vaddr + inflight) unlocked, into a batch of its own. A fill
+ *     asks for no more than that (every kind of fill, batch.c, is bounded
+ *     by the pages it is asked for), and landing more is a bug: a
+ *     WARN_ON_ONCE and a failed map, never a wrap.
+ *   - Ownership is a token: every change of owner gives the segment a new
+ *     one, from a counter that never repeats, and every step a filler takes
+ *     after an unlocked window (begin, land) first checks that the segment
+ *     still holds the token it was given. A thread that lost its segment
+ *     (taken over, split, handed back, or its ring slot since reused for
+ *     another chunk) writes nothing to it: its batch is dropped.
+ *   - Only the caller moves a segment from a helper to itself: it splits
+ *     off what lies behind a helper's batch in flight, or takes a
+ *     helper's segment over when that helper is not on a CPU (preempted,
+ *     throttled, held) or not filling, so that it never waits for a helper
+ *     that does not run; a helper that is only slower costs nothing.
+ *   - A helper that fails hands its segment back (OPEN) and, but for
+ *     hugetlbfs or device memory met meanwhile (-EXDEV, the caller's to
+ *     pin), no chunk beyond the failure is claimed any more: the caller
+ *     fills the failing part itself, so the error a map returns is the
+ *     caller's own, met where a serial map meets it.
+ *   - Landed batches wait on their segment's list; the caller takes them
+ *     in order (front, then back) and frees each after charging and
+ *     mapping it. A chunk is consumed when both segments are EMPTY with
+ *     empty lists, and only then may its slot take another chunk.
+ *
+ * The end (fm_par_stop()). The caller marks the map stopping (nothing is
+ * claimed or begun any more), waits for the helpers inside a fill (@busy;
+ * each is within one batch of done, as no job control stops a thread in
+ * the kernel), unpins every batch left in every slot, and detaches the
+ * helpers. It never waits for a helper's exit: a helper is reaped by a
+ * kernel worker once it has seen itself detached (fm_par_helper_work()),
+ * so a helper that is stopped (SIGSTOP, a debugger, cgroup.freeze, the
+ * PM freezer) when the map ends holds up neither the MAP_DMA nor the stop
+ * or freeze of its process; it is reaped when it runs again (or is
+ * killed). Each helper holds a reference on the module until then.
+ *
+ * Locks: par->lock (a spinlock) guards every segment, chunk and counter of
+ * struct fm_par; a helper's own lock (h->lock) guards its attachment to
+ * the map, and is taken before par->lock. Fills run with neither held.
  *
  * Memory beyond the first error may have been filled by a helper before
  * the error was met: at most a window of chunks, each GUP'd as the map
@@ -53,12 +86,14 @@
 #include <linux/cpumask.h>
 #include <linux/ktime.h>
 #include <linux/mm.h>
+#include <linux/module.h>
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
 #include <linux/sched/task.h>
 #include <linux/sizes.h>
 #include <linux/slab.h>
 #include <linux/wait.h>
+#include <linux/workqueue.h>
 
 #include "pin.h"
 #include "trace.h"
@@ -74,50 +109,62 @@
 #define FM_PAR_PRESENT_SAMPLES	8
 /* Chunks per thread in flight: one being filled, one waiting. */
 #define FM_PAR_WINDOW_PER_THREAD 2
+/* How long the caller sleeps before it looks again whether a helper runs */
+#define FM_PAR_WAIT_NS		(500 * NSEC_PER_USEC)
 
-/* Who fills a chunk: the caller, helper 1.., or nobody (the caller's to do) */
+/* Who fills a segment: the caller, helper 1.., or nobody (OPEN) */
 #define FM_PAR_CALLER		0
 #define FM_PAR_NOBODY		UINT_MAX
+
+enum fm_seg_state {
+	FM_SEG_EMPTY,		/* no unfilled pages */
+	FM_SEG_OPEN,		/* pages left, nobody's: the caller takes them */
+	FM_SEG_OWNED,		/* pages left, @owner's, nothing in flight */
+	FM_SEG_FILLING,		/* @owner fills [vaddr, vaddr + inflight) */
+};
 
 struct fm_par_batch {
 	struct list_head	node;
 	struct fm_batch		batch;
 };
 
-/*
- * A part of a chunk and who fills it. Under fm_par.lock, but for the fill
- * itself, done unlocked by its filler.
- */
 struct fm_par_seg {
-	struct list_head	batches;	/* filled, in order */
+	enum fm_seg_state	state;
+	unsigned int		owner;
+	u64			token;		/* of the current owner */
 	unsigned long		vaddr;		/* not filled yet from here */
 	unsigned long		left;		/* ... this many pages */
-	unsigned long		inflight;	/* pages the filler's batch asks for now */
-	unsigned int		filler;		/* who fills the rest */
+	unsigned long		inflight;	/* FILLING: pages asked for */
+	struct list_head	batches;	/* landed, in vaddr order */
 };
 
-/*
- * A chunk is its front, where its filler works, and once the caller split
- * it (fm_par_next()), its back: what lies behind the front filler's batch
- * in flight. The front is taken first.
- */
 struct fm_par_chunk {
+	unsigned long		index;		/* which chunk of the map */
 	struct fm_par_seg	front;
-	struct fm_par_seg	back;
-	bool			split;		/* the back was split off */
-	bool			helped;		/* a helper filled part of it */
+	struct fm_par_seg	back;		/* split off the front (caller's) */
+	bool			split;
+	bool			helped;		/* a helper landed a batch of it */
 	u64			ns;		/* time its fills took */
 };
 
 struct fm_par;
 
+/*
+ * A helper thread. Attached (@par set) from its creation until the end of
+ * the map; then reaped by fm_par_reap_wq once it ran and saw itself
+ * detached, or was killed: see the top of the file.
+ */
 struct fm_par_helper {
+	spinlock_t		lock;		/* @par, @dead, @reaping */
 	struct fm_par		*par;
 	struct fm_user_worker	*worker;
-	struct fm_pinner	fill;		/* its own fills' pinner */
-	struct task_struct	*task;		/* its thread, once it ran (a reference) */
+	struct task_struct	*task;		/* once it ran (a reference) */
+	struct fm_pinner	fill;		/* its fills' pinner, while busy */
+	struct work_struct	reap;
 	unsigned int		id;		/* 1.. (0 is the caller) */
-	bool			placed;		/* on par->cpus */
+	bool			placed;		/* its first run's setup done */
+	bool			dead;		/* killed: runs no more */
+	bool			reaping;
 };
 
 struct fm_par {
@@ -131,19 +178,161 @@ struct fm_par {
 	unsigned long		nr_chunks;
 	unsigned int		window;		/* chunks in the ring */
 	struct fm_par_chunk	*ring;		/* chunk i at i % window */
+	unsigned long		prepaid;	/* charged ahead, not used yet */
 	spinlock_t		lock;
-	wait_queue_head_t	wait;		/* the caller, for a helper's batch */
+	wait_queue_head_t	wait;		/* the caller: a batch, or !busy */
+	u64			next_token;
 	unsigned long		claimed;	/* chunks handed out */
 	unsigned long		consumed;	/* chunks taken by p */
 	unsigned long		stop_at;	/* a fill failed here: claim nothing beyond */
+	unsigned int		busy;		/* helpers inside a fill */
+	bool			stopping;	/* fm_par_stop(): nothing new */
+	int			error;		/* a broken landing: fail the map */
 	unsigned long		takeovers;	/* helper batches the caller filled again */
 	unsigned long		wasted;		/* pages helpers pinned for nothing */
-	bool			abort;
 	bool			narrow;		/* helpers run on cpus, not the caller's mask */
 	cpumask_var_t		cpus;		/* where helpers may run */
 	unsigned int		nr_helpers;
-	struct fm_par_helper	helpers[FM_PAR_MAX_HELPERS];
+	struct fm_par_helper	*helpers[FM_PAR_MAX_HELPERS];
 };
+
+static struct workqueue_struct *fm_par_reap_wq;
+
+/* ------------------------------------------------------------------ */
+/* Segments: every change of state (see the top of the file) */
+
+static void fm_seg_own(struct fm_par *par, struct fm_par_seg *g, unsigned int who)
+{
+	g->state = FM_SEG_OWNED;
+	g->owner = who;
+	g->token = ++par->next_token;
+	g->inflight = 0;
+}
+
+/* EMPTY -> OWNED(@who): a chunk's front when claimed, or its back when split. */
+static void fm_seg_init(struct fm_par *par, struct fm_par_seg *g, unsigned long vaddr,
+			unsigned long npage, unsigned int who)
+{
+	lockdep_assert_held(&par->lock);
+	WARN_ON_ONCE(g->state != FM_SEG_EMPTY || !list_empty(&g->batches));
+	g->vaddr = vaddr;
+	g->left = npage;
+	fm_seg_own(par, g, who);
+}
+
+/* OPEN -> OWNED(caller) */
+static void fm_seg_give(struct fm_par *par, struct fm_par_seg *g)
+{
+	lockdep_assert_held(&par->lock);
+	WARN_ON_ONCE(g->state != FM_SEG_OPEN);
+	fm_seg_own(par, g, FM_PAR_CALLER);
+}
+
+/* OWNED/FILLING(helper) -> OPEN: its filler gives up; the caller will fill it. */
+static void fm_seg_handback(struct fm_par *par, struct fm_par_seg *g)
+{
+	lockdep_assert_held(&par->lock);
+	WARN_ON_ONCE(g->state != FM_SEG_OWNED && g->state != FM_SEG_FILLING);
+	g->state = FM_SEG_OPEN;
+	g->owner = FM_PAR_NOBODY;
+	g->token = ++par->next_token;
+	g->inflight = 0;
+}
+
+/* OWNED/FILLING(helper) -> OWNED(caller); a batch in flight is dropped when it lands. */
+static void fm_seg_take_over(struct fm_par *par, struct fm_par_seg *g)
+{
+	lockdep_assert_held(&par->lock);
+	WARN_ON_ONCE(g->state != FM_SEG_OWNED && g->state != FM_SEG_FILLING);
+	if (g->state == FM_SEG_FILLING)
+		par->takeovers++;
+	fm_seg_own(par, g, FM_PAR_CALLER);
+}
+
+/*
+ * OWNED(@who, @tok) -> FILLING: what @who may fill now, from *@vaddr, at
+ * most *@npage pages (a batch; the caller's own segment whole). False,
+ * changing nothing, if @who lost the segment; false after handing it back
+ * if the map stops, failed before it, or the process is dying.
+ */
+static bool fm_seg_begin(struct fm_par *par, struct fm_par_seg *g, unsigned int who, u64 tok,
+			 unsigned long *vaddr, unsigned long *npage)
+{
+	lockdep_assert_held(&par->lock);
+	if (g->state != FM_SEG_OWNED || g->token != tok)
+		return false;
+	if (who != FM_PAR_CALLER && (par->stopping || par->error || g->vaddr >= par->stop_at ||
+				     fatal_signal_pending(current))) {
+		fm_seg_handback(par, g);
+		return false;
+	}
+	g->state = FM_SEG_FILLING;
+	g->inflight = who == FM_PAR_CALLER ? g->left : min(g->left, (unsigned long)FM_BATCH_PAGES);
+	*vaddr = g->vaddr;
+	*npage = g->inflight;
+	return true;
+}
+
+enum fm_land { FM_LAND_OK, FM_LAND_STALE, FM_LAND_FAILED };
+
+/*
+ * FILLING(@tok) -> OWNED or EMPTY: @n pages filled (or -errno) from the
+ * start of the batch in flight, into @pb (NULL: the caller's own batch,
+ * which it consumes itself). FM_LAND_OK: @pb is the segment's now. Else
+ * the filler releases @pb: STALE, the segment is not @tok's any more;
+ * FAILED, the fill failed (handed back) or returned more than was asked,
+ * which fails the map.
+ */
+static enum fm_land fm_seg_land(struct fm_par *par, struct fm_par_chunk *c,
+				struct fm_par_seg *g, u64 tok, struct fm_par_batch *pb, long n)
+{
+	lockdep_assert_held(&par->lock);
+	if (g->state != FM_SEG_FILLING || g->token != tok)
+		return FM_LAND_STALE;
+	if (n < 0 || WARN_ON_ONCE(!n || n > g->inflight)) {
+		if (n >= 0)
+			par->error = -EFAULT;
+		else if (n != -EXDEV)
+			par->stop_at = min(par->stop_at, g->vaddr);
+		fm_seg_handback(par, g);
+		return FM_LAND_FAILED;
+	}
+	if (pb)
+		list_add_tail(&pb->node, &g->batches);
+	g->vaddr += n << PAGE_SHIFT;
+	g->left -= n;
+	g->inflight = 0;
+	g->state = g->left ? FM_SEG_OWNED : FM_SEG_EMPTY;
+	c->helped |= g->owner != FM_PAR_CALLER;
+	return FM_LAND_OK;
+}
+
+/*
+ * FILLING(helper) with more left than its batch in flight: the front keeps
+ * that batch, the back (the caller's) gets the rest. False if no split.
+ */
+static bool fm_seg_split(struct fm_par *par, struct fm_par_chunk *c)
+{
+	struct fm_par_seg *g = &c->front;
+
+	lockdep_assert_held(&par->lock);
+	if (c->split || g->state != FM_SEG_FILLING || g->owner == FM_PAR_CALLER ||
+	    g->left <= g->inflight)
+		return false;
+	c->split = true;
+	fm_seg_init(par, &c->back, g->vaddr + (g->inflight << PAGE_SHIFT),
+		    g->left - g->inflight, FM_PAR_CALLER);
+	g->left = g->inflight;
+	return true;
+}
+
+static bool fm_seg_drained(struct fm_par_seg *g)
+{
+	return g->state == FM_SEG_EMPTY && list_empty(&g->batches);
+}
+
+/* ------------------------------------------------------------------ */
+/* Chunks */
 
 static struct fm_par_chunk *fm_par_chunk(struct fm_par *par, unsigned long i)
 {
@@ -163,41 +352,50 @@ static unsigned long fm_par_chunk_range(struct fm_par *par, unsigned long i,
 	return start;
 }
 
-/* Under par->lock: hand out the next chunk to @who. */
-static struct fm_par_chunk *fm_par_take_next(struct fm_par *par, unsigned int who)
+/*
+ * Under par->lock: hand out the next chunk to @who, its front OWNED by
+ * @who (*@tok: the token). Its slot must be drained: anything else is a
+ * bug, which fails the map rather than overwrite a batch.
+ */
+static struct fm_par_chunk *fm_par_take_next(struct fm_par *par, unsigned int who, u64 *tok)
 {
-	unsigned long i = par->claimed++;
+	unsigned long i = par->claimed, npage, vaddr;
 	struct fm_par_chunk *c = fm_par_chunk(par, i);
 
-	c->front.vaddr = fm_par_chunk_range(par, i, &c->front.left);
-	c->front.filler = who;
-	c->front.inflight = 0;
-	c->back.left = 0;
-	c->back.inflight = 0;
-	c->back.filler = FM_PAR_NOBODY;
+	lockdep_assert_held(&par->lock);
+	if (WARN_ON_ONCE(!fm_seg_drained(&c->front) || !fm_seg_drained(&c->back))) {
+		par->error = -EFAULT;
+		return NULL;
+	}
+	par->claimed++;
+	vaddr = fm_par_chunk_range(par, i, &npage);
+	c->index = i;
 	c->split = false;
 	c->helped = false;
 	c->ns = 0;
+	fm_seg_init(par, &c->front, vaddr, npage, who);
+	*tok = c->front.token;
 	return c;
 }
 
 /*
- * The next chunk to fill ahead, for @who, if the window has room, nobody
- * stopped, and it lies before any failure.
+ * Under par->lock: the next chunk to fill ahead, for @who, if the window
+ * has room, the map goes on, and it lies before any failure.
  */
-static struct fm_par_chunk *fm_par_claim(struct fm_par *par, unsigned int who)
+static struct fm_par_chunk *fm_par_claim_locked(struct fm_par *par, unsigned int who, u64 *tok)
 {
-	struct fm_par_chunk *c = NULL;
 	unsigned long npage;
 
-	spin_lock(&par->lock);
-	if (!par->abort && par->claimed < par->nr_chunks &&
-	    par->claimed < par->consumed + par->window &&
-	    fm_par_chunk_range(par, par->claimed, &npage) < par->stop_at)
-		c = fm_par_take_next(par, who);
-	spin_unlock(&par->lock);
-	return c;
+	lockdep_assert_held(&par->lock);
+	if (par->stopping || par->error || par->claimed >= par->nr_chunks ||
+	    par->claimed >= par->consumed + par->window ||
+	    fm_par_chunk_range(par, par->claimed, &npage) >= par->stop_at)
+		return NULL;
+	return fm_par_take_next(par, who, tok);
 }
+
+/* ------------------------------------------------------------------ */
+/* Batches */
 
 static void fm_par_batch_free(struct fm_par_batch *pb)
 {
@@ -206,10 +404,9 @@ static void fm_par_batch_free(struct fm_par_batch *pb)
 }
 
 /*
- * Unpin a batch nobody charged or mapped: GUP's or memfd_pin_folios()'
- * pins, one per page or, with folio pins, one per folio segment of a run
- * (batch.c); never dirtied, since no device saw them. PFNMAP lookups hold
- * no pin.
+ * Unpin a batch nobody charged or mapped: GUP's pins, one per page or,
+ * with folio pins, one per folio segment of a run (batch.c); never
+ * dirtied, since no device saw them. PFNMAP lookups hold no pin.
  */
 static void fm_par_batch_release(struct fm_par *par, struct fm_par_batch *pb)
 {
@@ -235,7 +432,22 @@ static void fm_par_batch_release(struct fm_par *par, struct fm_par_batch *pb)
 	fm_par_batch_free(pb);
 }
 
-/* Unpin what was filled in part @g and never consumed. */
+/* A filled batch nobody wants (@n pages, or -errno): unpin or free it. */
+static void fm_par_batch_drop(struct fm_par *par, struct fm_par_batch *pb, long n)
+{
+	if (!pb)
+		return;
+	if (n > 0) {
+		spin_lock(&par->lock);
+		par->wasted += n;
+		spin_unlock(&par->lock);
+		fm_par_batch_release(par, pb);
+	} else {
+		fm_par_batch_free(pb);
+	}
+}
+
+/* Unpin what was landed in @g and never consumed. */
 static void fm_par_seg_release(struct fm_par *par, struct fm_par_seg *g)
 {
 	struct fm_par_batch *pb, *next;
@@ -245,9 +457,13 @@ static void fm_par_seg_release(struct fm_par *par, struct fm_par_seg *g)
 		par->wasted += pb->batch.size;
 		fm_par_batch_release(par, pb);
 	}
+	g->state = FM_SEG_EMPTY;
 }
 
-/* A helper's batch landed, or it gave its part up: the caller may wait for it. */
+/* ------------------------------------------------------------------ */
+/* Filling */
+
+/* A helper's batch landed, or it gave its segment up: the caller may wait for it. */
 static void fm_par_wake_caller(struct fm_par *par, unsigned int who)
 {
 	if (who != FM_PAR_CALLER && wq_has_sleeper(&par->wait))
@@ -255,94 +471,92 @@ static void fm_par_wake_caller(struct fm_par *par, unsigned int who)
 }
 
 /*
- * Fill part @g of chunk @c ahead of the caller, as @who through pinner @f,
- * batch by batch, for as long as @who is its filler and it has pages left:
- * the caller may split the rest off or take it over at any time, and a
- * batch filled for what it took is dropped. A failure (an allocation,
- * GUP's error, hugetlbfs that a helper leaves alone: -EXDEV) hands the
- * rest back to the caller; any but the last also stops claims beyond it.
- * Returns the pages this call added.
+ * Fill segment @g of chunk @c ahead of the caller, as @who holding token
+ * @tok, through pinner @f, batch by batch, for as long as @who owns it and
+ * it has pages left.
  */
-static unsigned long fm_par_fill_ahead(struct fm_par *par, struct fm_pinner *f,
-				       struct fm_par_chunk *c, struct fm_par_seg *g,
-				       unsigned int who)
+static void fm_par_fill_ahead(struct fm_par *par, struct fm_pinner *f, struct fm_par_chunk *c,
+			      struct fm_par_seg *g, unsigned int who, u64 tok)
 {
-	unsigned long added = 0;
-
 	for (;;) {
-		unsigned long vaddr, left;
+		unsigned long vaddr, npage;
 		struct fm_par_batch *pb;
+		enum fm_land landed;
 		u64 start;
 		long n;
 
 		spin_lock(&par->lock);
-		if (g->filler != who || !g->left)
-			goto out_unlock;
-		if (par->abort || g->vaddr >= par->stop_at || fatal_signal_pending(current))
-			goto handback;
-		vaddr = g->vaddr;
-		left = g->left;
-		g->inflight = min_t(unsigned long, left, FM_BATCH_PAGES);
+		if (!fm_seg_begin(par, g, who, tok, &vaddr, &npage)) {
+			spin_unlock(&par->lock);
+			fm_par_wake_caller(par, who);
+			return;
+		}
 		spin_unlock(&par->lock);
 		fm_pause(FM_PAUSE_FILL, who, vaddr);
 
-		pb = kmalloc(sizeof(*pb), GFP_KERNEL_ACCOUNT);
-		if (!pb) {
-			spin_lock(&par->lock);
-			if (g->filler == who && g->vaddr == vaddr)
-				goto handback;
-			goto out_unlock;
-		}
-		fm_batch_init(&pb->batch, left);
-		f->batch = &pb->batch;
 		start = ktime_get_ns();
-		if (who != FM_PAR_CALLER && fm_inject(FM_INJECT_HELPER))
-			n = -ENOMEM;
-		else
-			n = fm_pinner_fill(f, vaddr, left);
-		f->batch = NULL;
+		n = -ENOMEM;
+		pb = kmalloc(sizeof(*pb), GFP_KERNEL_ACCOUNT);
+		if (pb) {
+			fm_batch_init(&pb->batch, npage);
+			f->batch = &pb->batch;
+			if (who == FM_PAR_CALLER || !fm_inject(FM_INJECT_HELPER))
+				n = fm_pinner_fill(f, vaddr, npage);
+			f->batch = NULL;
+		}
 		fm_pause(FM_PAUSE_FILLED, who, vaddr);
 
 		spin_lock(&par->lock);
-		if (g->filler != who || g->vaddr != vaddr) {
-			/* Taken over by the caller meanwhile. */
-			g->inflight = 0;
-			if (n > 0)
-				par->wasted += n;
-			spin_unlock(&par->lock);
-			if (n > 0)
-				fm_par_batch_release(par, pb);
-			else
-				fm_par_batch_free(pb);
-			fm_par_wake_caller(par, who);
-			return added;
-		}
-		if (n < 0) {
-			fm_par_batch_free(pb);
-			if (n != -EXDEV)
-				par->stop_at = min(par->stop_at, vaddr);
-			goto handback;
-		}
-		/* A split leaves at least what the batch asked for (inflight). */
-		list_add_tail(&pb->node, &g->batches);
-		g->vaddr += n << PAGE_SHIFT;
-		g->left -= n;
-		g->inflight = 0;
-		c->ns += ktime_get_ns() - start;
-		c->helped |= who != FM_PAR_CALLER;
+		landed = fm_seg_land(par, c, g, tok, pb, n);
+		if (landed == FM_LAND_OK)
+			c->ns += ktime_get_ns() - start;
 		spin_unlock(&par->lock);
+		if (landed != FM_LAND_OK)
+			fm_par_batch_drop(par, pb, n);
 		fm_par_wake_caller(par, who);
-		added += n;
 		fm_pause(FM_PAUSE_LANDED, who, vaddr);
+		if (landed != FM_LAND_OK)
+			return;
 		cond_resched();
 	}
-handback:
-	g->filler = FM_PAR_NOBODY;
-out_unlock:
-	g->inflight = 0;
+}
+
+/*
+ * The caller fills @g, its own segment of the head chunk @c (token @tok),
+ * into its own batch, which it consumes next: the pages, or -errno.
+ */
+static long fm_par_fill_head(struct fm_par *par, struct fm_par_chunk *c, struct fm_par_seg *g,
+			     u64 tok)
+{
+	struct fm_pinner *f = &par->fill;
+	unsigned long vaddr, npage;
+	enum fm_land landed;
+	u64 start = ktime_get_ns();
+	long n;
+
+	spin_lock(&par->lock);
+	if (WARN_ON_ONCE(!fm_seg_begin(par, g, FM_PAR_CALLER, tok, &vaddr, &npage))) {
+		spin_unlock(&par->lock);
+		return -EFAULT;
+	}
 	spin_unlock(&par->lock);
-	fm_par_wake_caller(par, who);
-	return added;
+	f->batch = par->own;
+	n = fm_pinner_fill(f, vaddr, npage);
+	f->batch = NULL;
+	spin_lock(&par->lock);
+	landed = fm_seg_land(par, c, g, tok, NULL, n);
+	if (landed == FM_LAND_OK)
+		c->ns += ktime_get_ns() - start;
+	spin_unlock(&par->lock);
+	/* Nobody takes the caller's segment: only its own error or a broken fill. */
+	if (landed == FM_LAND_OK)
+		return n;
+	if (n > 0) {
+		/* Filled more than asked: unpin it, fail the map. */
+		fm_batch_release(par->p, 0, 0, false);
+		return -EFAULT;
+	}
+	return n;
 }
 
 static void fm_par_fill_init(struct fm_par *par, struct fm_pinner *f, bool helper)
@@ -352,46 +566,114 @@ static void fm_par_fill_init(struct fm_par *par, struct fm_pinner *f, bool helpe
 	fm_pinner_init(f, p->iommu, p->dma, NULL, NULL);
 	f->single = p->single;
 	f->mode_known = true;
-	f->helper = helper;
+	f->ordinary_only = helper;
+}
+
+/* ------------------------------------------------------------------ */
+/* Helpers */
+
+/* A helper is done with the map: reap it (once). Under h->lock. */
+static void fm_par_helper_reap_locked(struct fm_par_helper *h)
+{
+	lockdep_assert_held(&h->lock);
+	if (!h->reaping) {
+		h->reaping = true;
+		queue_work(fm_par_reap_wq, &h->reap);
+	}
+}
+
+/*
+ * Reap a detached helper. It asked for it from its own loop (or was
+ * killed), so it exits as soon as it is stopped here; one that a stop or
+ * freeze caught in between holds up this worker, never the process.
+ */
+static void fm_par_reap(struct work_struct *work)
+{
+	struct fm_par_helper *h = container_of(work, struct fm_par_helper, reap);
+
+	fm_compat_user_worker_stop(h->worker);
+	if (h->task)
+		put_task_struct(h->task);
+	kfree(h);
+	module_put(THIS_MODULE);
+}
+
+/*
+ * A helper's first run: published for fm_par_wait_helper(), on the CPUs it
+ * may use, and, under a real-time caller, SCHED_OTHER: a real-time task's
+ * map may use idle CPUs, but bulk page faults at its priority on other
+ * CPUs would hold off their real-time tasks, and the caller never waits
+ * for a helper that does not run.
+ */
+static void fm_par_helper_place(struct fm_par_helper *h, struct fm_par *par)
+{
+	h->placed = true;
+	/* The reference is taken before the pointer is seen. */
+	smp_store_release(&h->task, get_task_struct(current));
+	if (par->narrow)
+		set_cpus_allowed_ptr(current, par->cpus);
+	if (current->policy == SCHED_FIFO || current->policy == SCHED_RR)
+		sched_set_normal(current, task_nice(current));
+}
+
+/* The helper leaves its fill: the caller may be waiting for none to be busy. */
+static void fm_par_leave(struct fm_par *par)
+{
+	spin_lock(&par->lock);
+	par->busy--;
+	spin_unlock(&par->lock);
+	if (wq_has_sleeper(&par->wait))
+		wake_up(&par->wait);
 }
 
 /*
  * A helper's work, called by its worker loop (compat.h) in
  * TASK_INTERRUPTIBLE: fill the next chunk, or return false to sleep until
- * the window moves (fm_par_chunk_consumed()) or the caller stops us.
+ * the window moves (fm_par_chunk_consumed()) or the map ends. Once
+ * detached it asks to be reaped.
  */
 static bool fm_par_helper_work(void *data)
 {
 	struct fm_par_helper *h = data;
-	struct fm_par *par = h->par;
-	struct fm_par_chunk *c;
+	struct fm_par_chunk *c = NULL;
+	struct fm_par *par;
+	u64 tok;
 
-	if (!h->placed) {
-		__set_current_state(TASK_RUNNING);
-		h->placed = true;
-		/*
-		 * For the caller to see whether we run (fm_par_wait_helper()):
-		 * the reference is taken before the pointer is seen.
-		 */
-		smp_store_release(&h->task, get_task_struct(current));
-		/* Only ever narrower than the caller's mask (fm_par_start()). */
-		if (par->narrow)
-			set_cpus_allowed_ptr(current, par->cpus);
+	spin_lock(&h->lock);
+	par = h->par;
+	if (!par) {
+		fm_par_helper_reap_locked(h);
+		spin_unlock(&h->lock);
+		return false;
 	}
-	c = fm_par_claim(par, h->id);
+	spin_lock(&par->lock);
+	c = fm_par_claim_locked(par, h->id, &tok);
+	if (c)
+		par->busy++;
+	spin_unlock(&par->lock);
+	spin_unlock(&h->lock);
 	if (!c)
 		return false;
+
+	/* Busy: @par lives until fm_par_leave(). */
 	__set_current_state(TASK_RUNNING);
-	fm_par_fill_ahead(par, &h->fill, c, &c->front, h->id);
+	if (!h->placed)
+		fm_par_helper_place(h, par);
+	fm_par_fill_ahead(par, &h->fill, c, &c->front, h->id, tok);
+	fm_par_leave(par);
 	return true;
 }
 
-/*
- * The process got a fatal signal: the worker exits. Its chunk, if any, was
- * handed back when GUP stopped; the caller, killed too, stops the map.
- */
+/* The process got a fatal signal: the helper's loop ends, it runs no more. */
 static void fm_par_helper_killed(void *data)
 {
+	struct fm_par_helper *h = data;
+
+	spin_lock(&h->lock);
+	h->dead = true;
+	if (!h->par)
+		fm_par_helper_reap_locked(h);
+	spin_unlock(&h->lock);
 }
 
 /*
@@ -418,29 +700,60 @@ static unsigned int fm_par_helpers_wanted(const struct cpumask *mask, unsigned l
  */
 static bool fm_par_helper_create(struct fm_par *par)
 {
-	struct fm_par_helper *h = &par->helpers[par->nr_helpers];
+	struct fm_par_helper *h = kzalloc(sizeof(*h), GFP_KERNEL_ACCOUNT);
 
+	if (!h)
+		return false;
+	spin_lock_init(&h->lock);
+	INIT_WORK(&h->reap, fm_par_reap);
 	h->par = par;
 	h->id = par->nr_helpers + 1;
-	h->placed = false;
-	h->task = NULL;
 	fm_par_fill_init(par, &h->fill, true);
 	h->worker = fm_compat_user_worker_create(fm_par_helper_work, fm_par_helper_killed, h,
 						 "foliomap-pin");
-	if (!h->worker)
+	if (!h->worker) {
+		kfree(h);
 		return false;
-	par->nr_helpers++;
+	}
+	/* Its code runs until it is reaped, after the map. */
+	__module_get(THIS_MODULE);
+	par->helpers[par->nr_helpers++] = h;
 	return true;
 }
 
 static void fm_par_wake_helpers(struct fm_par *par)
 {
-	unsigned int h;
+	unsigned int i;
 
-	for (h = 0; h < par->nr_helpers; h++)
-		if (par->helpers[h].worker)
-			fm_compat_user_worker_wake(par->helpers[h].worker);
+	for (i = 0; i < par->nr_helpers; i++)
+		fm_compat_user_worker_wake(par->helpers[i]->worker);
 }
+
+/*
+ * The map is over and no helper is busy: detach them. Each is woken to see
+ * it, and asks to be reaped then (fm_par_helper_work()); a killed one
+ * already asked, or is reaped here.
+ */
+static void fm_par_detach_helpers(struct fm_par *par)
+{
+	unsigned int i;
+
+	for (i = 0; i < par->nr_helpers; i++) {
+		struct fm_par_helper *h = par->helpers[i];
+
+		spin_lock(&h->lock);
+		h->par = NULL;
+		if (h->dead)
+			fm_par_helper_reap_locked(h);
+		else
+			fm_compat_user_worker_wake(h->worker);
+		spin_unlock(&h->lock);
+		par->helpers[i] = NULL;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Starting */
 
 /*
  * Is the rest of the dma for helpers? Not with hugetlbfs memory, pinned
@@ -552,30 +865,29 @@ static void fm_par_start(struct fm_pinner *p, unsigned long npage)
 
 	/*
 	 * The rest of the map is charged ahead, once; each batch then takes
-	 * its charge from there (charge.c) and fm_par_stop() gives back what
-	 * is left. A charge takes mmap_write_lock, which a charge per batch
-	 * would take between the helpers' faults, stopping them each time.
-	 * The rlimit is checked for the whole rest: a map that would not fit
-	 * goes on serially and fails where a serial map fails, so helpers
-	 * never hold pins beyond the limit.
+	 * its charge from there (fm_par_prepaid()) and fm_par_stop() gives
+	 * back what is left. A charge takes mmap_write_lock, which a charge
+	 * per batch would take between the helpers' faults, stopping them
+	 * each time. The rlimit is checked for the whole rest: a map that
+	 * would not fit goes on serially and fails where a serial map fails,
+	 * so helpers never hold pins beyond the limit.
 	 */
 	if (fm_lock_acct(dma, npage, false)) {
 		fm_par_free(par);
 		return;
 	}
-	p->prepaid = npage;
+	par->prepaid = npage;
 
 	while (par->nr_helpers < helpers && fm_par_helper_create(par))
 		;
 	if (!par->nr_helpers) {
-		fm_lock_acct(dma, -(long)p->prepaid, false);
-		p->prepaid = 0;
+		fm_lock_acct(dma, -(long)par->prepaid, false);
 		fm_par_free(par);
 		return;
 	}
 	p->par = par;
 	for (i = 0; i < par->nr_helpers; i++)
-		fm_compat_user_worker_start(par->helpers[i].worker);
+		fm_compat_user_worker_start(par->helpers[i]->worker);
 }
 
 /*
@@ -586,10 +898,7 @@ bool fm_par_may(struct fm_pinner *p, size_t size)
 {
 	u64 min = (u64)READ_ONCE(fm_pin_parallel_min_mb) << 20;
 
-	p->probe_done = 0;
-	p->probe_segs = 0;
-	p->probe_slow = 0;
-	p->probe_window = FM_PAR_PROBE_PAGES;
+	p->probe = (struct fm_par_probe){ .window = FM_PAR_PROBE_PAGES };
 	return fm_compat_have_user_worker() && READ_ONCE(fm_pin_threads) &&
 	       size >= max_t(u64, min, 2 * FM_PAR_CHUNK_MIN);
 }
@@ -637,35 +946,51 @@ static bool fm_par_rest_absent(struct fm_pinner *p, unsigned long vaddr, unsigne
  */
 bool fm_par_consider(struct fm_pinner *p, unsigned long left)
 {
+	struct fm_par_probe *pr = &p->probe;
 	unsigned long done = (p->dma->size >> PAGE_SHIFT) - left;
-	unsigned long window = done - p->probe_done;
+	unsigned long window = done - pr->done;
 	bool worth;
 
-	if (window < p->probe_window)
+	if (window < pr->window)
 		return true;
 	/* Helpers share the caller's mm: only for the caller's own memory. */
 	if (p->mm != current->mm)
 		return false;
-	if (p->probe_slow * 2 >= window)
+	if (pr->slow * 2 >= window)
 		worth = fm_par_rest_absent(p, p->dma->vaddr + (done << PAGE_SHIFT), left);
 	else
-		worth = window < FM_PAR_SMALL_FOLIO * max(p->probe_segs, 1UL);
-	p->probe_done = done;
-	p->probe_segs = 0;
-	p->probe_slow = 0;
+		worth = window < FM_PAR_SMALL_FOLIO * max(pr->segs, 1UL);
+	pr->done = done;
+	pr->segs = 0;
+	pr->slow = 0;
 	if (!worth) {
-		p->probe_window *= 2;
+		pr->window *= 2;
 		return true;
 	}
 	fm_par_start(p, left);
 	return false;
 }
 
-/* The chunk's batches are all charged and mapped: move the window on. */
+/* ------------------------------------------------------------------ */
+/* The caller: batches in IOVA order */
+
+/* The charge made ahead covers @charge pages of a batch: take them (charge.c). */
+bool fm_par_prepaid(struct fm_pinner *p, long charge)
+{
+	struct fm_par *par = p->par;
+
+	WARN_ON_ONCE(par->prepaid && charge > par->prepaid);
+	if (charge > par->prepaid)
+		return false;
+	par->prepaid -= charge;
+	return true;
+}
+
+/* The head chunk is drained: counted, and the window moves on. */
 static void fm_par_chunk_consumed(struct fm_par *par, struct fm_par_chunk *c)
 {
 	struct fm_pinner *p = par->p;
-	unsigned long npage, vaddr = fm_par_chunk_range(par, par->consumed, &npage);
+	unsigned long npage, vaddr = fm_par_chunk_range(par, c->index, &npage);
 
 	trace_foliomap_pin_chunk(p->dma->iova + (vaddr - p->dma->vaddr),
 				 (u64)npage << PAGE_SHIFT, c->helped, c->ns);
@@ -680,94 +1005,43 @@ static void fm_par_chunk_consumed(struct fm_par *par, struct fm_par_chunk *c)
 	fm_par_wake_helpers(par);
 }
 
-/* The caller fills part @g of its chunk @c, one batch into its own batch. */
-static long fm_par_fill_head(struct fm_par *par, struct fm_par_chunk *c,
-			     struct fm_par_seg *g)
-{
-	struct fm_pinner *f = &par->fill;
-	u64 start = ktime_get_ns();
-	long n;
-
-	f->batch = par->own;
-	n = fm_pinner_fill(f, g->vaddr, g->left);
-	f->batch = NULL;
-	if (n < 0)
-		return n;
-	spin_lock(&par->lock);
-	g->vaddr += n << PAGE_SHIFT;
-	g->left -= n;
-	c->ns += ktime_get_ns() - start;
-	spin_unlock(&par->lock);
-	return n;
-}
-
-/*
- * Under par->lock: is part @g, which the caller needs next, still a
- * helper's to fill, with nothing filled to take?
- */
-static bool fm_par_helper_owes(struct fm_par_seg *g)
-{
-	return list_empty(&g->batches) && g->left && g->filler != FM_PAR_CALLER &&
-	       g->filler != FM_PAR_NOBODY;
-}
-
-/*
- * Under par->lock, with part @g of the head chunk @c owed by a helper and
- * nothing else to do: split off what lies behind the helper's batch in
- * flight, for the caller to fill ahead (true), unless it was split before
- * or the batch in flight is the rest.
- */
-static bool fm_par_split(struct fm_par_chunk *c, struct fm_par_seg *g)
-{
-	if (g != &c->front || c->split || g->left <= g->inflight)
-		return false;
-	c->split = true;
-	c->back.vaddr = g->vaddr + (g->inflight << PAGE_SHIFT);
-	c->back.left = g->left - g->inflight;
-	c->back.filler = FM_PAR_CALLER;
-	g->left = g->inflight;
-	return true;
-}
-
-static bool fm_par_owes(struct fm_par *par, struct fm_par_seg *g, unsigned int who)
+/* Does a helper still owe @g's batch in flight (@tok)? */
+static bool fm_par_owes(struct fm_par *par, struct fm_par_seg *g, u64 tok)
 {
 	bool owes;
 
 	spin_lock(&par->lock);
-	owes = g->filler == who && fm_par_helper_owes(g);
+	owes = g->state == FM_SEG_FILLING && g->token == tok && list_empty(&g->batches);
 	spin_unlock(&par->lock);
 	return owes;
 }
 
-/* How long the caller sleeps before it looks again whether a helper runs */
-#define FM_PAR_WAIT_NS		(500 * NSEC_PER_USEC)
-
 /*
- * The caller needs part @g next and helper @who owes it its batch in
- * flight, with nothing left to split off: wait for that batch while the
+ * The caller needs @g next and helper @who owes it its batch in flight
+ * (@tok), with nothing left to split off: wait for that batch while the
  * helper runs on a CPU (as a mutex's spinner waits while its owner runs),
  * so that it is not filled twice; stop waiting within FM_PAR_WAIT_NS of
- * the helper leaving its CPU, or at once on a fatal signal (GUP stops on
- * it in the helper too).
+ * the helper leaving its CPU, or at once on a fatal signal.
  */
-static void fm_par_wait_helper(struct fm_par *par, struct fm_par_seg *g, unsigned int who)
+static void fm_par_wait_helper(struct fm_par *par, struct fm_par_seg *g, unsigned int who,
+			       u64 tok)
 {
-	/* Pairs with the helper's store: its reference is taken before. */
-	struct task_struct *t = smp_load_acquire(&par->helpers[who - 1].task);
+	/* Pairs with fm_par_helper_place(): its reference is taken before. */
+	struct task_struct *t = smp_load_acquire(&par->helpers[who - 1]->task);
 
 	while (t && owner_on_cpu(t) && !fatal_signal_pending(current) &&
-	       fm_par_owes(par, g, who))
-		wait_event_hrtimeout(par->wait, !fm_par_owes(par, g, who),
+	       fm_par_owes(par, g, tok))
+		wait_event_hrtimeout(par->wait, !fm_par_owes(par, g, tok),
 				     ns_to_ktime(FM_PAR_WAIT_NS));
 }
 
 /*
  * The next batch in IOVA order, as p->batch, for the caller to charge and
  * map: its size in pages, or the caller's own error there. The head chunk
- * (the oldest not consumed) gives its filled batches first; its unfilled
+ * (the oldest not consumed) gives its landed batches first; its unfilled
  * rest the caller fills itself when it is nobody's, or its own. While a
- * helper fills it, the caller fills a chunk ahead, or, with none to claim,
- * takes the head chunk over.
+ * helper fills it, the caller fills a chunk ahead, or splits the head
+ * behind the helper's batch in flight, or takes it over.
  */
 long fm_par_next(struct fm_pinner *p)
 {
@@ -782,17 +1056,23 @@ long fm_par_next(struct fm_pinner *p)
 	for (;;) {
 		struct fm_par_chunk *c, *ahead;
 		struct fm_par_batch *pb;
-		bool mine, split, owes;
 		struct fm_par_seg *g;
 		unsigned int who;
+		u64 tok, atok;
 
-		if (WARN_ON_ONCE(par->consumed == par->nr_chunks))
-			return -EFAULT;
 		spin_lock(&par->lock);
-		c = par->consumed == par->claimed ? fm_par_take_next(par, FM_PAR_CALLER) :
+		if (par->error || WARN_ON_ONCE(par->consumed == par->nr_chunks)) {
+			spin_unlock(&par->lock);
+			return par->error ?: -EFAULT;
+		}
+		c = par->consumed == par->claimed ? fm_par_take_next(par, FM_PAR_CALLER, &tok) :
 						    fm_par_chunk(par, par->consumed);
-		/* The front, then the back: the first part not all taken. */
-		g = c->front.left || !list_empty(&c->front.batches) ? &c->front : &c->back;
+		if (!c) {
+			spin_unlock(&par->lock);
+			continue;	/* par->error */
+		}
+		/* The front, then the back: the first not drained. */
+		g = fm_seg_drained(&c->front) ? &c->back : &c->front;
 		pb = list_first_entry_or_null(&g->batches, struct fm_par_batch, node);
 		if (pb) {
 			list_del(&pb->node);
@@ -801,69 +1081,79 @@ long fm_par_next(struct fm_pinner *p)
 			p->batch = &pb->batch;
 			return pb->batch.size;
 		}
-		if (!g->left) {
+		if (g->state == FM_SEG_EMPTY) {
 			spin_unlock(&par->lock);
 			fm_par_chunk_consumed(par, c);
 			continue;
 		}
-		if (g->filler == FM_PAR_NOBODY)
-			g->filler = FM_PAR_CALLER;
-		mine = g->filler == FM_PAR_CALLER;
-		spin_unlock(&par->lock);
-		if (mine)
-			return fm_par_fill_head(par, c, g);
+		if (g->state == FM_SEG_OPEN)
+			fm_seg_give(par, g);
+		if (g->owner == FM_PAR_CALLER) {
+			tok = g->token;
+			spin_unlock(&par->lock);
+			return fm_par_fill_head(par, c, g, tok);
+		}
+		who = g->owner;
+		tok = g->token;
 
-		/* A helper fills it: fill a chunk ahead meanwhile, or split. */
-		ahead = fm_par_claim(par, FM_PAR_CALLER);
-		if (ahead && fm_par_fill_ahead(par, &par->fill, ahead, &ahead->front,
-					       FM_PAR_CALLER))
-			continue;
-		spin_lock(&par->lock);
-		owes = fm_par_helper_owes(g);
-		who = g->filler;
-		split = owes && fm_par_split(c, g);
-		spin_unlock(&par->lock);
-		if (split) {
-			fm_pause(FM_PAUSE_SPLIT, FM_PAR_CALLER, c->back.vaddr);
-			fm_par_fill_ahead(par, &par->fill, c, &c->back, FM_PAR_CALLER);
+		/* A helper's: fill a chunk ahead meanwhile, or split, or take it. */
+		ahead = fm_par_claim_locked(par, FM_PAR_CALLER, &atok);
+		if (ahead) {
+			spin_unlock(&par->lock);
+			fm_par_fill_ahead(par, &par->fill, ahead, &ahead->front, FM_PAR_CALLER, atok);
 			continue;
 		}
-		if (!owes)
+		if (fm_seg_split(par, c)) {
+			atok = c->back.token;
+			spin_unlock(&par->lock);
+			fm_pause(FM_PAUSE_SPLIT, FM_PAR_CALLER, c->back.vaddr);
+			fm_par_fill_ahead(par, &par->fill, c, &c->back, FM_PAR_CALLER, atok);
 			continue;
-		fm_par_wait_helper(par, g, who);
+		}
+		/* Between two batches of the helper's: nothing in flight to wait for. */
+		if (g->state == FM_SEG_OWNED) {
+			fm_seg_take_over(par, g);
+			spin_unlock(&par->lock);
+			continue;
+		}
+		spin_unlock(&par->lock);
+		fm_par_wait_helper(par, g, who, tok);
 
 		/* Still owed: take it over; the batch in flight is done twice. */
 		spin_lock(&par->lock);
-		if (g->filler == who && fm_par_helper_owes(g)) {
-			g->filler = FM_PAR_CALLER;
-			if (g->inflight)
-				par->takeovers++;
-		}
+		if (g->state == FM_SEG_FILLING && g->token == tok && list_empty(&g->batches))
+			fm_seg_take_over(par, g);
 		spin_unlock(&par->lock);
 	}
 }
 
+/* No helper inside a fill: only the caller touches the map's state. */
+static bool fm_par_quiet(struct fm_par *par)
+{
+	bool quiet;
+
+	spin_lock(&par->lock);
+	quiet = !par->busy;
+	spin_unlock(&par->lock);
+	return quiet;
+}
+
 /*
  * After the caller's last batch, done (@mapped: all of it mapped) or
- * failed: stop the helpers and reap them. A helper ends the batch it is
- * filling first; killed, it ends sooner, as GUP stops on the process's
- * fatal signal. Then unpin whatever was filled and never consumed.
+ * failed: let helpers begin nothing more, wait for those inside a fill
+ * (running, within a batch of done), unpin whatever was landed and never
+ * consumed, give back what is left of the charge made ahead, and detach
+ * the helpers, which are reaped without the caller (see the top).
  */
 void fm_par_stop(struct fm_pinner *p, bool mapped)
 {
 	struct fm_par *par = p->par;
-	unsigned long i;
-	unsigned int h;
+	unsigned int i;
 
 	spin_lock(&par->lock);
-	par->abort = true;
+	par->stopping = true;
 	spin_unlock(&par->lock);
-	for (h = 0; h < par->nr_helpers; h++) {
-		fm_compat_user_worker_stop(par->helpers[h].worker);
-		par->helpers[h].worker = NULL;
-		if (par->helpers[h].task)
-			put_task_struct(par->helpers[h].task);
-	}
+	wait_event_idle(par->wait, fm_par_quiet(par));
 
 	if (par->cur)
 		fm_par_batch_free(par->cur);
@@ -871,21 +1161,17 @@ void fm_par_stop(struct fm_pinner *p, bool mapped)
 	if (mapped && par->consumed < par->claimed) {
 		struct fm_par_chunk *c = fm_par_chunk(par, par->consumed);
 
-		if (!c->front.left && list_empty(&c->front.batches) &&
-		    !c->back.left && list_empty(&c->back.batches))
+		if (fm_seg_drained(&c->front) && fm_seg_drained(&c->back))
 			fm_par_chunk_consumed(par, c);
 	}
-	/* Claimed chunks are all still now; the first may be partly consumed. */
-	for (i = par->consumed; i < par->claimed; i++) {
-		struct fm_par_chunk *c = fm_par_chunk(par, i);
-
-		fm_par_seg_release(par, &c->front);
-		fm_par_seg_release(par, &c->back);
+	for (i = 0; i < par->window; i++) {
+		fm_par_seg_release(par, &par->ring[i].front);
+		fm_par_seg_release(par, &par->ring[i].back);
 	}
 
 	/* What the batches did not take of the charge made ahead. */
-	fm_lock_acct(p->dma, -(long)p->prepaid, false);
-	p->prepaid = 0;
+	fm_lock_acct(p->dma, -(long)par->prepaid, false);
+	par->prepaid = 0;
 
 	p->iommu->stats.parallel_maps++;
 	p->iommu->stats.parallel_helpers += par->nr_helpers;
@@ -894,7 +1180,24 @@ void fm_par_stop(struct fm_pinner *p, bool mapped)
 	trace_foliomap_pin_parallel(p->dma->iova + (par->start - p->dma->vaddr),
 				    (u64)par->npage << PAGE_SHIFT, par->nr_helpers + 1,
 				    par->nr_chunks, par->takeovers, par->wasted);
+	fm_par_detach_helpers(par);
 	p->batch = par->own;
 	p->par = NULL;
 	fm_par_free(par);
+}
+
+/* The workqueue that reaps helpers after their map (main.c). */
+int fm_par_init(void)
+{
+	if (!fm_compat_have_user_worker())
+		return 0;
+	fm_par_reap_wq = alloc_workqueue("foliomap_reap", WQ_UNBOUND, 0);
+	return fm_par_reap_wq ? 0 : -ENOMEM;
+}
+
+/* Every helper was reaped (each held a module reference): nothing is queued. */
+void fm_par_exit(void)
+{
+	if (fm_par_reap_wq)
+		destroy_workqueue(fm_par_reap_wq);
 }

@@ -57,6 +57,19 @@ struct fm_batch {
 };
 
 /*
+ * What parallel.c judges a new mapping by, since @done pages: the fill
+ * counts the pages it did not pin with GUP-fast (@slow, batch.c), the
+ * charge the folio segments it met (@segs, charge.c). Only parallel.c
+ * reads them.
+ */
+struct fm_par_probe {
+	unsigned long		done;
+	unsigned long		segs;
+	unsigned long		slow;
+	unsigned long		window;		/* pages judged at a time */
+};
+
+/*
  * One pass of the pipeline over a dma, from dma->iova on. At any moment
  * the dma is in three parts: a prefix that is pinned, charged and mapped
  * ([dma->iova, run_iova)); the open run (pinned and charged, not yet
@@ -79,13 +92,9 @@ struct fm_pinner {
 	unsigned long		runs;		/* runs mapped so far */
 	bool			single;		/* disable_hugepages: a run a page */
 	bool			mode_known;	/* dma->folio_pins decided */
-	bool			helper;		/* parallel.c: refuses hugetlbfs */
-	unsigned long		prepaid;	/* parallel.c: charged, not used yet */
-	/* parallel.c: folio segments, pages not from GUP-fast, since probe_done */
-	unsigned long		probe_done;
-	unsigned long		probe_segs;
-	unsigned long		probe_slow;
-	unsigned long		probe_window;	/* pages judged at a time */
+	/* A helper's fills (parallel.c): ordinary memory only, else -EXDEV. */
+	bool			ordinary_only;
+	struct fm_par_probe	probe;
 	/* GUP-fast back-off (batch.c): batches left to skip, next skip */
 	unsigned int		fast_skip;
 	unsigned int		fast_backoff;
@@ -116,12 +125,8 @@ static inline void fm_pinner_init(struct fm_pinner *p, struct fm_iommu *iommu,
 	p->runs = 0;
 	p->single = false;
 	p->mode_known = false;
-	p->helper = false;
-	p->prepaid = 0;
-	p->probe_done = 0;
-	p->probe_segs = 0;
-	p->probe_slow = 0;
-	p->probe_window = 0;
+	p->ordinary_only = false;
+	p->probe = (struct fm_par_probe){};
 	p->fast_skip = 0;
 	p->fast_backoff = 1;
 }
@@ -178,6 +183,7 @@ long fm_hugepin(struct fm_batch *b, struct mm_struct *mm, unsigned long vaddr,
 bool fm_par_may(struct fm_pinner *p, size_t size);
 bool fm_par_consider(struct fm_pinner *p, unsigned long left);
 long fm_par_next(struct fm_pinner *p);
+bool fm_par_prepaid(struct fm_pinner *p, long charge);
 void fm_par_stop(struct fm_pinner *p, bool mapped);
 
 /* charge.c: the batch's charge (fm_lock_acct() and the owner: foliomap.h) */

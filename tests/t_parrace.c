@@ -15,9 +15,10 @@
  *  - race_held_at_end: a helper holds a filled batch while the caller
  *    finishes the map without it;
  *  - jobctl_*: a helper held where it returns to its worker loop while the
- *    process is group-stopped (SIGSTOP), the helper is ptrace-stopped, or
- *    the process's cgroup is frozen: the MAP_DMA must complete, and the
- *    stop or freeze must take effect, without waiting for the helper;
+ *    process is group-stopped (SIGSTOP sent to the helper, the thread that
+ *    then meets it), the helper is ptrace-stopped, or the process's cgroup
+ *    is frozen: the MAP_DMA must complete, and the stop or freeze must
+ *    take effect, without waiting for the helper;
  *  - policy_rt_caller: the helpers of a SCHED_FIFO caller run SCHED_OTHER.
  *
  * After every map: the result is stock's (0 here), every sampled IOVA
@@ -35,6 +36,7 @@
 #include <stdarg.h>
 #include <sys/ptrace.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 
 #include "edu.h"
 #include "fmstats.h"
@@ -124,17 +126,21 @@ static void pr_need(struct th *t, int threads)
 /* ------------------------------------------------------------------ */
 /* memory, tags and the checks after a map */
 
-/* @size of private 4K anonymous memory never touched, 2M-aligned. */
+/*
+ * @size of private 4K anonymous memory never touched, 2M-aligned, with at
+ * least 4 MiB more of it after the end: a fill that ran past the end of
+ * the mapping would find pages to pin there.
+ */
 static char *pr_mem4k(struct th *t, size_t size)
 {
-	char *res = mmap(NULL, size + SZ_2M, PROT_READ | PROT_WRITE,
+	char *res = mmap(NULL, size + 3 * SZ_2M, PROT_READ | PROT_WRITE,
 			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	char *p;
 
 	ASSERT_NE(res, MAP_FAILED);
-	th_own_mem(t, res, size + SZ_2M);
+	th_own_mem(t, res, size + 3 * SZ_2M);
 	p = (char *)(((uintptr_t)res + SZ_2M - 1) & ~(SZ_2M - 1));
-	ASSERT_EQ(vu_madvise_thp(p, size, MADV_NOHUGEPAGE), 0);
+	ASSERT_EQ(vu_madvise_thp(p, size + 2 * SZ_2M, MADV_NOHUGEPAGE), 0);
 	return p;
 }
 
@@ -155,13 +161,12 @@ struct pr_fix {
 	struct vfio_region_info bar;
 };
 
-/* A v2 container with the edu group, edu open, a scratch page mapped. */
+/* A v2 container with the edu group, edu open. */
 static void pr_setup(struct th *t, struct pr_fix *f)
 {
 	f->c = edu_container(t, VFIO_TYPE1v2_IOMMU, &f->gfd);
 	edu_open(t, f->gfd, &f->e);
 	f->scratch = th_anon(t, SZ_4K);
-	MAP_OK(f->c, PR_SCRATCH, f->scratch, SZ_4K);
 	f->bar_dev = -1;
 }
 
@@ -206,7 +211,10 @@ static void pr_check_tags(struct th *t, struct pr_fix *f, uint64_t iova, size_t 
 	for (i = 0; i < n; i++)
 		EDU_FROM_RAM(&f->e, iova + offs[i], i * 8, 8);
 	memset(f->scratch, 0, SZ_4K);
+	/* Mapped only meanwhile: the tests' counts are the mapping's alone. */
+	MAP_OK(f->c, PR_SCRATCH, f->scratch, SZ_4K);
 	EDU_TO_RAM(&f->e, 0, PR_SCRATCH, n * 8);
+	UNMAP_OK(f->c, PR_SCRATCH, SZ_4K);
 	for (i = 0; i < n; i++) {
 		uint64_t got = ((volatile uint64_t *)f->scratch)[i];
 
@@ -269,7 +277,8 @@ static long pr_join(struct th *t, struct th_call *call)
  */
 TEST(race_pfnmap_after_split)
 {
-	const size_t size = 64 * SZ_2M, bar_len = 8 * SZ_2M;
+	/* Not a whole number of batches: a fill past the end has pages to take. */
+	const size_t size = 64 * SZ_2M - 2 * SZ_4K, bar_len = 8 * SZ_2M;
 	struct pr_fix f;
 	struct th_call call;
 	struct pr_map m;
@@ -337,7 +346,8 @@ TEST(race_pfnmap_after_split)
  */
 TEST(race_recycled_slot)
 {
-	const size_t size = 40 * SZ_2M, chunk = 2 * SZ_2M;
+	/* Chunks of one batch, 4 MiB; the end not a whole number of them. */
+	const size_t size = 40 * SZ_2M - 2 * SZ_4K, chunk = 2 * SZ_2M;
 	const unsigned long window = PR_WINDOW_PER_THREAD * 3;
 	int attempt, reached = 0;
 	struct pr_fix f;
@@ -365,8 +375,15 @@ TEST(race_recycled_slot)
 			reached ? "held by helper 2 before its fill" : "not claimed by helper 2");
 		PZ("release 1 landed");
 		if (reached) {
-			/* Helper 1 runs on with the slot claimed again. */
-			usleep(200000);
+			/*
+			 * Helper 1 runs on with the slot claimed again. Had it
+			 * written to the slot, the caller would split helper
+			 * 2's chunk where its batch in flight starts: give it
+			 * time to get there, then let helper 2 land.
+			 */
+			PZ("arm 0 split 1 %lx", target);
+			th_diag("the caller %s helper 2's chunk at its start",
+				pz_wait_held(0, "split", 3000, NULL) ? "split" : "did not split");
 			PZ("release %d fill", PR_ANY_HELPER);
 		}
 		PZ("clear");
@@ -544,7 +561,10 @@ static void pr_jobctl(struct th *t, enum pr_jobctl how)
 
 		switch (how) {
 		case PR_SIGSTOP:
-			EXPECT_EQ(kill(pid, SIGSTOP), 0);
+			/* To the helper: it is the thread to meet the stop. */
+			tid = pr_helper_tid(pid);
+			EXPECT_GT(tid, 0);
+			EXPECT_EQ(syscall(SYS_tgkill, pid, tid, SIGSTOP), 0);
 			break;
 		case PR_PTRACE:
 			tid = pr_helper_tid(pid);
