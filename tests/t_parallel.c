@@ -349,7 +349,6 @@ TEST(par_counters_and_threads_param)
 	EXPECT_GE(helper_chunks, 1);
 	th_diag("helper filled %lld of %lld chunks in %d maps, %lld batches taken over", helper_chunks,
 		chunks, i, par_stat(t, "parallel_takeovers") - take0);
-	EXPECT_GE(par_stat(t, "parallel_takeovers"), take0);
 	EXPECT_LE(par_stat(t, "parallel_wasted_pages") - waste0,
 		  1024 * (par_stat(t, "parallel_takeovers") - take0));
 
@@ -369,5 +368,13 @@ TEST(par_counters_and_threads_param)
 
 int main(int argc, char **argv)
 {
-	return th_main(argc, argv);
+	long long threads = is_foliomap() ? th_param_read("pin_threads") : 0;
+	int ret = th_main(argc, argv);
+
+	/* A test that failed half way may have left its own setting. */
+	if (is_foliomap() && th_param_write("pin_threads", threads)) {
+		printf("# t_parallel: cannot restore pin_threads\n");
+		ret = 1;
+	}
+	return ret;
 }

@@ -93,6 +93,18 @@ static bool pz_held(unsigned int who, const char *point, unsigned long *at)
 	return held;
 }
 
+/* The pause points' state, as diagnostics. */
+static void pz_dump(void)
+{
+	char line[160];
+	FILE *f = fopen(PZ_FILE, "r");
+
+	while (f && fgets(line, sizeof(line), f))
+		th_diag("pause: %s", strtok(line, "\n"));
+	if (f)
+		fclose(f);
+}
+
 static bool pz_wait_held(unsigned int who, const char *point, int ms, unsigned long *at)
 {
 	double t0 = vu_now();
@@ -123,24 +135,46 @@ static void pr_need(struct th *t, int threads)
 	ASSERT_EQ(th_param_write("pin_parallel_min_mb", 0), 0);
 }
 
+/* foliomap's counter @name of the newest container. */
+static long long par_stat_of(struct th *t, const char *name)
+{
+	return stat_of(newest_container(t), name);
+}
+
 /* ------------------------------------------------------------------ */
 /* memory, tags and the checks after a map */
 
 /*
- * @size of private 4K anonymous memory never touched, 2M-aligned, with at
- * least 4 MiB more of it after the end: a fill that ran past the end of
- * the mapping would find pages to pin there.
+ * Private 4K anonymous memory never touched, @size of it from a 32 MiB
+ * boundary (parallel.c's chunks are aligned to at most that: the same
+ * chunks in every run), with 4 MiB more after the end: a fill that ran
+ * past the end of the mapping would find pages to pin there. Not
+ * registered with the harness: munmap(*@res, PR_MEM_LEN(@size)).
  */
-static char *pr_mem4k(struct th *t, size_t size)
+#define PR_ALIGN		(16 * SZ_2M)
+#define PR_MEM_LEN(size)	((size) + PR_ALIGN + 2 * SZ_2M)
+
+static char *pr_mem4k_raw(size_t size, char **res)
 {
-	char *res = mmap(NULL, size + 3 * SZ_2M, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	char *p;
 
-	ASSERT_NE(res, MAP_FAILED);
-	th_own_mem(t, res, size + 3 * SZ_2M);
-	p = (char *)(((uintptr_t)res + SZ_2M - 1) & ~(SZ_2M - 1));
-	ASSERT_EQ(vu_madvise_thp(p, size + 2 * SZ_2M, MADV_NOHUGEPAGE), 0);
+	*res = mmap(NULL, PR_MEM_LEN(size), PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (*res == MAP_FAILED)
+		return NULL;
+	p = (char *)(((uintptr_t)*res + PR_ALIGN - 1) & ~(PR_ALIGN - 1));
+	if (vu_madvise_thp(p, size + 2 * SZ_2M, MADV_NOHUGEPAGE))
+		return NULL;
+	return p;
+}
+
+/* The same, registered with the harness. */
+static char *pr_mem4k(struct th *t, size_t size)
+{
+	char *res, *p = pr_mem4k_raw(size, &res);
+
+	ASSERT_NE(p, NULL);
+	th_own_mem(t, res, PR_MEM_LEN(size));
 	return p;
 }
 
@@ -195,18 +229,18 @@ static void pr_setup_bar(struct th *t, struct pr_fix *f)
 
 /*
  * Through the device: the page at IOVA @iova + off holds the tag of @off,
- * for @n offsets spread over @size and every offset in @must.
+ * for @nspread offsets spread over @size and every offset in @must.
  */
 static void pr_check_tags(struct th *t, struct pr_fix *f, uint64_t iova, size_t size,
-			  const size_t *must, int nmust)
+			  const size_t *must, int nmust, int nspread)
 {
-	size_t offs[40];
+	size_t offs[48];
 	int n = 0, i, bad = 0;
 
 	for (i = 0; i < nmust && n < 24; i++)
 		offs[n++] = must[i] & ~(SZ_4K - 1);
-	for (i = 0; i < 16; i++)
-		offs[n++] = (size / 16 * i + (size_t)i * 0x5000) % size & ~(SZ_4K - 1);
+	for (i = 0; i < nspread && i < 16; i++)
+		offs[n++] = (size / nspread * i + (size_t)i * 0x5000) % size & ~(SZ_4K - 1);
 	offs[n++] = size - SZ_4K;
 	for (i = 0; i < n; i++)
 		EDU_FROM_RAM(&f->e, iova + offs[i], i * 8, 8);
@@ -310,9 +344,10 @@ TEST(race_pfnmap_after_split)
 	PZ("release 1 fill");
 
 	ASSERT_TRUE(pz_wait_held(1, "filled", 60000, NULL));
-	if (!pz_wait_held(0, "split", 60000, NULL)) {
+	if (!pz_wait_held(0, "split", 20000, NULL)) {
+		pz_dump();
 		pz_cmd("clear");
-		pr_join(t, &call);
+		th_diag("map: %ld", pr_join(t, &call));
 		FAIL("the caller never split the helper's range: interleaving not reached");
 	}
 	PZ("release 1 filled");
@@ -329,7 +364,7 @@ TEST(race_pfnmap_after_split)
 	must[1] = off + 2 * SZ_2M - SZ_4K;
 	must[2] = off + 2 * SZ_2M;
 	must[3] = off + len - SZ_4K;
-	pr_check_tags(t, &f, PR_IOVA, size, must, 4);
+	pr_check_tags(t, &f, PR_IOVA, size, must, 4, 16);
 	pr_check_end(t, &f, PR_IOVA, size);
 	UNMAP_OK(f.c, PR_IOVA, size);
 	EXPECT_ACCT(0);
@@ -392,7 +427,7 @@ TEST(race_recycled_slot)
 		pr_tag(p, 0, size);
 		must[0] = target - (uintptr_t)p;
 		must[1] = must[0] + chunk - SZ_4K;
-		pr_check_tags(t, &f, PR_IOVA, size, must, reached ? 2 : 0);
+		pr_check_tags(t, &f, PR_IOVA, size, must, reached ? 2 : 0, 16);
 		pr_check_end(t, &f, PR_IOVA, size);
 		UNMAP_OK(f.c, PR_IOVA, size);
 		EXPECT_ACCT(0);
@@ -427,7 +462,7 @@ TEST(race_held_at_end)
 	ASSERT_EQ(pr_join(t, &call), 0);
 	EXPECT_ACCT(size / SZ_4K);
 	pr_tag(p, 0, size);
-	pr_check_tags(t, &f, PR_IOVA, size, NULL, 0);
+	pr_check_tags(t, &f, PR_IOVA, size, NULL, 0, 16);
 	pr_check_end(t, &f, PR_IOVA, size);
 	UNMAP_OK(f.c, PR_IOVA, size);
 	EXPECT_ACCT(0);
@@ -678,6 +713,170 @@ TEST(policy_rt_caller)
 	EXPECT_ACCT(size / SZ_4K);
 	UNMAP_OK(f.c, PR_IOVA, size);
 	EXPECT_ACCT(0);
+}
+
+/* ------------------------------------------------------------------ */
+/* stress: random pauses, memory changing under the map */
+
+/*
+ * What the mutator may put at a 2 MiB piece of the region: fresh
+ * anonymous memory, the BAR (device memory), a 2 MiB hugetlbfs page, a
+ * read-only stretch (put back after a while), or MADV_DONTNEED. Every page
+ * that is ever at offset o of the region holds PR_TAG(o) before anything
+ * can pin it, so that the device reading PR_TAG(o) at IOVA + o proves the
+ * mapping is not shifted, whatever was there when it was pinned.
+ */
+enum pr_op { PR_OP_ANON, PR_OP_BAR, PR_OP_HUGETLB, PR_OP_RDONLY, PR_OP_DONTNEED, PR_NOPS };
+
+struct pr_mutator {
+	struct pr_fix	*f;
+	char		*p;
+	size_t		size;
+	unsigned int	seed;
+	volatile int	stop;
+	unsigned long	ops[PR_NOPS];
+};
+
+static void *pr_mutate(void *arg)
+{
+	struct pr_mutator *m = arg;
+	size_t pieces = m->size / SZ_2M;
+	int i;
+
+	/* From when the helpers run: before, the map would just stay serial. */
+	for (i = 0; i < 2000 && !m->stop && !pr_helper_tid(getpid()); i++)
+		usleep(500);
+
+	while (!m->stop) {
+		/* The first quarter is pinned before helpers may join. */
+		size_t off = (pieces / 4 + rand_r(&m->seed) % (pieces - pieces / 4 - 1)) * SZ_2M;
+		enum pr_op op = rand_r(&m->seed) % PR_NOPS;
+		char *at = m->p + off;
+		void *r = MAP_FAILED;
+
+		switch (op) {
+		case PR_OP_ANON:
+			r = mmap(at, SZ_2M, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+			break;
+		case PR_OP_BAR:
+			/* BAR page o for region offset o: its tag never changes. */
+			if (m->f->bar_dev >= 0 && off + SZ_2M <= m->f->bar.size)
+				r = mmap(at, SZ_2M, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+					 m->f->bar_dev, m->f->bar.offset + off);
+			break;
+		case PR_OP_HUGETLB:
+			r = mmap(at, SZ_2M, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_FIXED, -1, 0);
+			break;
+		case PR_OP_RDONLY:
+			if (!mprotect(at, SZ_2M, PROT_READ)) {
+				usleep(rand_r(&m->seed) % 3000);
+				mprotect(at, SZ_2M, PROT_READ | PROT_WRITE);
+				m->ops[op]++;
+			}
+			break;
+		case PR_OP_DONTNEED:
+			if (!madvise(at, SZ_2M, MADV_DONTNEED)) {
+				pr_tag(m->p, off, off + SZ_2M);
+				m->ops[op]++;
+			}
+			break;
+		default:
+			break;
+		}
+		if (r == at) {
+			pr_tag(m->p, off, off + SZ_2M);
+			m->ops[op]++;
+		} else if (r != MAP_FAILED) {
+			munmap(r, SZ_2M);
+		}
+		usleep(rand_r(&m->seed) % 2000);
+	}
+	return NULL;
+}
+
+/* Seconds the stress test runs: FOLIOMAP_STRESS_SECONDS, else 20. */
+static int pr_stress_seconds(void)
+{
+	const char *s = getenv("FOLIOMAP_STRESS_SECONDS");
+	int n = s ? atoi(s) : 0;
+
+	return n > 0 ? n : 20;
+}
+
+/*
+ * Parallel maps of 48 MiB with helpers paused at random (30% of their
+ * steps, up to 3 ms) while a thread changes the memory under the range
+ * that is not pinned yet. Each map either fails with one of stock's
+ * errnos, leaving nothing pinned or charged, or maps every sampled IOVA to
+ * its offset's page and nothing past the end; after each unmap nothing is
+ * pinned or charged.
+ */
+TEST(stress_mutations)
+{
+	const size_t size = 24 * SZ_2M - 3 * SZ_4K;
+	int seconds = pr_stress_seconds(), maps = 0, ok = 0, efault = 0, other = 0;
+	long long pmaps0, take0;
+	struct pr_fix f;
+	double t0;
+
+	pr_need(t, 2);
+	pr_setup(t, &f);
+	pr_setup_bar(t, &f);
+	PZ("random 300 3000");
+	pmaps0 = par_stat_of(t, "parallel_maps");
+	take0 = par_stat_of(t, "parallel_takeovers");
+	t0 = vu_now();
+	while (vu_now() - t0 < seconds) {
+		struct pr_mutator mu = { .f = &f, .size = size, .seed = 1000 + maps };
+		char *res, *p = pr_mem4k_raw(size, &res);
+		struct pr_map m = { .c = f.c, .p = p, .size = size };
+		struct th_call call;
+		pthread_t mt;
+		size_t must[6];
+		long ret;
+		int i;
+
+		ASSERT_NE(p, NULL);
+		/* Present 4K pages: helpers join, every page tagged. */
+		pr_tag(p, 0, size);
+		mu.p = p;
+		th_call_start(t, &call, pr_map_call, &m);
+		ASSERT_EQ(pthread_create(&mt, NULL, pr_mutate, &mu), 0);
+		ret = pr_join(t, &call);
+		mu.stop = 1;
+		pthread_join(mt, NULL);
+		maps++;
+		if (ret) {
+			if (ret == -EFAULT)
+				efault++;
+			else
+				other++;
+			if (ret != -EFAULT)
+				th_diag("map %d: %ld (%s)", maps, ret, th_errname(ret));
+			EXPECT_EQ(ret, -EFAULT);
+			EXPECT_ACCT(0);
+			munmap(res, PR_MEM_LEN(size));
+			continue;
+		}
+		ok++;
+		for (i = 0; i < 6; i++)
+			must[i] = (size_t)rand_r(&mu.seed) % size;
+		pr_check_tags(t, &f, PR_IOVA, size, must, 6, 2);
+		pr_check_end(t, &f, PR_IOVA, size);
+		UNMAP_OK(f.c, PR_IOVA, size);
+		EXPECT_ACCT(0);
+		munmap(res, PR_MEM_LEN(size));
+		if (t->failed)
+			break;
+	}
+	PZ("clear");
+	th_diag("%d maps in %.0f s: %d mapped, %d -EFAULT, %d other; %lld parallel, %lld batches taken over",
+		maps, vu_now() - t0, ok, efault, other, par_stat_of(t, "parallel_maps") - pmaps0,
+		par_stat_of(t, "parallel_takeovers") - take0);
+	EXPECT_GE(maps, 3);
+	EXPECT_GE(par_stat_of(t, "parallel_maps") - pmaps0, maps / 2);
 }
 
 int main(int argc, char **argv)
