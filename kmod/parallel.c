@@ -3,20 +3,20 @@
  * Parallel pinning of a large MAP_DMA. Faulting in and zeroing memory that
  * was never touched is most of what a VMM's MAP_DMA of guest RAM costs
  * without prealloc, and GUP does it one page after another. Here helper
- * threads fill the pipeline's batches (pin.h) ahead of the caller, which
- * alone charges and maps them, in IOVA order, as it would its own: the
- * charge, the run record and the error a map returns are those of a
- * serial map.
+ * threads (helper.c; started by parstart.c) fill the pipeline's batches
+ * (pin.h) ahead of the caller, which alone charges and maps them, in IOVA
+ * order, as it would its own: the charge, the run record and the error a
+ * map returns are those of a serial map.
  *
  * The helpers are threads of the calling process (vhost_task_create(), the
  * user workers of vhost and of KVM's NX recovery; compat.h), created by
  * the calling thread. So they are in all of its cgroups (cpu, cpuset, io,
  * memory, pids, hugetlb) and count in its CPU time and PSI; they inherit
  * its affinity, nice level and task mempolicy (a real-time caller's
- * helpers run SCHED_OTHER, fm_par_helper_place()), share its mm, files
- * nothing; they get the process's fatal signals (GUP stops on them) and
- * are part of an OOM victim. A helper that cannot be created (pids.max,
- * RLIMIT_NPROC, memory) is not started: the map is then serial.
+ * helpers run SCHED_OTHER, helper.c), share its mm, files nothing; they
+ * get the process's fatal signals (GUP stops on them) and are part of an
+ * OOM victim. A helper that cannot be created (pids.max, RLIMIT_NPROC,
+ * memory) is not started: the map is then serial.
  *
  * The work: the rest of the dma is cut into chunks at vaddr multiples of a
  * power of two (2 MiB to 32 MiB), claimed in IOVA order by helpers and by
@@ -65,12 +65,9 @@
  * claimed or begun any more), waits for the helpers inside a fill (@busy;
  * each is within one batch of done, as no job control stops a thread in
  * the kernel), unpins every batch left in every slot, and detaches the
- * helpers. It never waits for a helper's exit: a helper is reaped by a
- * kernel worker once it has seen itself detached (fm_par_helper_work()),
- * so a helper that is stopped (SIGSTOP, a debugger, cgroup.freeze, the
- * PM freezer) when the map ends holds up neither the MAP_DMA nor the stop
- * or freeze of its process; it is reaped when it runs again (or is
- * killed). Each helper holds a reference on the module until then.
+ * helpers. It never waits for a helper's exit (helper.c), so a helper
+ * that is stopped, traced or frozen when the map ends holds up neither the
+ * MAP_DMA nor the stop or freeze of its process.
  *
  * Locks: par->lock (a spinlock) guards every segment, chunk and counter of
  * struct fm_par; a helper's own lock (h->lock) guards its attachment to
@@ -83,120 +80,15 @@
  * pin), then unpinned, never charged to locked memory. It stays in the
  * process as if the process had touched it.
  */
-#include <linux/cpumask.h>
 #include <linux/ktime.h>
 #include <linux/mm.h>
-#include <linux/module.h>
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
-#include <linux/sched/task.h>
-#include <linux/sizes.h>
 #include <linux/slab.h>
 #include <linux/wait.h>
-#include <linux/workqueue.h>
 
-#include "pin.h"
+#include "parallel.h"
 #include "trace.h"
-
-#define FM_PAR_MAX_HELPERS	15
-#define FM_PAR_CHUNK_MIN	SZ_2M
-#define FM_PAR_CHUNK_MAX	SZ_32M
-/* Pages pinned serially, then judged, before helpers may join: 4 batches */
-#define FM_PAR_PROBE_PAGES	(4 * FM_BATCH_PAGES)
-/* Fewer pages per folio than this on average: 4K memory (fm_par_consider()) */
-#define FM_PAR_SMALL_FOLIO	64
-/* Pages of the rest looked at to tell memory never touched from present */
-#define FM_PAR_PRESENT_SAMPLES	8
-/* Chunks per thread in flight: one being filled, one waiting. */
-#define FM_PAR_WINDOW_PER_THREAD 2
-/* How long the caller sleeps before it looks again whether a helper runs */
-#define FM_PAR_WAIT_NS		(500 * NSEC_PER_USEC)
-
-/* Who fills a segment: the caller, helper 1.., or nobody (OPEN) */
-#define FM_PAR_CALLER		0
-#define FM_PAR_NOBODY		UINT_MAX
-
-enum fm_seg_state {
-	FM_SEG_EMPTY,		/* no unfilled pages */
-	FM_SEG_OPEN,		/* pages left, nobody's: the caller takes them */
-	FM_SEG_OWNED,		/* pages left, @owner's, nothing in flight */
-	FM_SEG_FILLING,		/* @owner fills [vaddr, vaddr + inflight) */
-};
-
-struct fm_par_batch {
-	struct list_head	node;
-	struct fm_batch		batch;
-};
-
-struct fm_par_seg {
-	enum fm_seg_state	state;
-	unsigned int		owner;
-	u64			token;		/* of the current owner */
-	unsigned long		vaddr;		/* not filled yet from here */
-	unsigned long		left;		/* ... this many pages */
-	unsigned long		inflight;	/* FILLING: pages asked for */
-	struct list_head	batches;	/* landed, in vaddr order */
-};
-
-struct fm_par_chunk {
-	unsigned long		index;		/* which chunk of the map */
-	struct fm_par_seg	front;
-	struct fm_par_seg	back;		/* split off the front (caller's) */
-	bool			split;
-	bool			helped;		/* a helper landed a batch of it */
-	u64			ns;		/* time its fills took */
-};
-
-struct fm_par;
-
-/*
- * A helper thread. Attached (@par set) from its creation until the end of
- * the map; then reaped by fm_par_reap_wq once it ran and saw itself
- * detached, or was killed: see the top of the file.
- */
-struct fm_par_helper {
-	spinlock_t		lock;		/* @par, @dead, @reaping */
-	struct fm_par		*par;
-	struct fm_user_worker	*worker;
-	struct task_struct	*task;		/* once it ran (a reference) */
-	struct fm_pinner	fill;		/* its fills' pinner, while busy */
-	struct work_struct	reap;
-	unsigned int		id;		/* 1.. (0 is the caller) */
-	bool			placed;		/* its first run's setup done */
-	bool			dead;		/* killed: runs no more */
-	bool			reaping;
-};
-
-struct fm_par {
-	struct fm_pinner	*p;		/* the caller's */
-	struct fm_pinner	fill;		/* the caller's own fills */
-	struct fm_batch		*own;		/* p's batch */
-	struct fm_par_batch	*cur;		/* being consumed by p */
-	unsigned long		start;		/* vaddr the helpers' part starts at */
-	unsigned long		npage;		/* pages from there to the dma's end */
-	unsigned int		shift;		/* chunk size */
-	unsigned long		nr_chunks;
-	unsigned int		window;		/* chunks in the ring */
-	struct fm_par_chunk	*ring;		/* chunk i at i % window */
-	unsigned long		prepaid;	/* charged ahead, not used yet */
-	spinlock_t		lock;
-	wait_queue_head_t	wait;		/* the caller: a batch, or !busy */
-	u64			next_token;
-	unsigned long		claimed;	/* chunks handed out */
-	unsigned long		consumed;	/* chunks taken by p */
-	unsigned long		stop_at;	/* a fill failed here: claim nothing beyond */
-	unsigned int		busy;		/* helpers inside a fill */
-	bool			stopping;	/* fm_par_stop(): nothing new */
-	int			error;		/* a broken landing: fail the map */
-	unsigned long		takeovers;	/* helper batches the caller filled again */
-	unsigned long		wasted;		/* pages helpers pinned for nothing */
-	bool			narrow;		/* helpers run on cpus, not the caller's mask */
-	cpumask_var_t		cpus;		/* where helpers may run */
-	unsigned int		nr_helpers;
-	struct fm_par_helper	*helpers[FM_PAR_MAX_HELPERS];
-};
-
-static struct workqueue_struct *fm_par_reap_wq;
 
 /* ------------------------------------------------------------------ */
 /* Segments: every change of state (see the top of the file) */
@@ -267,7 +159,9 @@ static bool fm_seg_begin(struct fm_par *par, struct fm_par_seg *g, unsigned int 
 		return false;
 	}
 	g->state = FM_SEG_FILLING;
-	g->inflight = who == FM_PAR_CALLER ? g->left : min(g->left, (unsigned long)FM_BATCH_PAGES);
+	g->inflight = g->left;
+	if (who != FM_PAR_CALLER)
+		g->inflight = min_t(unsigned long, g->left, FM_BATCH_PAGES);
 	*vaddr = g->vaddr;
 	*npage = g->inflight;
 	return true;
@@ -382,7 +276,7 @@ static struct fm_par_chunk *fm_par_take_next(struct fm_par *par, unsigned int wh
  * Under par->lock: the next chunk to fill ahead, for @who, if the window
  * has room, the map goes on, and it lies before any failure.
  */
-static struct fm_par_chunk *fm_par_claim_locked(struct fm_par *par, unsigned int who, u64 *tok)
+struct fm_par_chunk *fm_par_claim_locked(struct fm_par *par, unsigned int who, u64 *tok)
 {
 	unsigned long npage;
 
@@ -475,8 +369,8 @@ static void fm_par_wake_caller(struct fm_par *par, unsigned int who)
  * @tok, through pinner @f, batch by batch, for as long as @who owns it and
  * it has pages left.
  */
-static void fm_par_fill_ahead(struct fm_par *par, struct fm_pinner *f, struct fm_par_chunk *c,
-			      struct fm_par_seg *g, unsigned int who, u64 tok)
+void fm_par_fill_ahead(struct fm_par *par, struct fm_pinner *f, struct fm_par_chunk *c,
+		       struct fm_par_seg *g, unsigned int who, u64 tok)
 {
 	for (;;) {
 		unsigned long vaddr, npage;
@@ -559,7 +453,7 @@ static long fm_par_fill_head(struct fm_par *par, struct fm_par_chunk *c, struct 
 	return n;
 }
 
-static void fm_par_fill_init(struct fm_par *par, struct fm_pinner *f, bool helper)
+void fm_par_fill_init(struct fm_par *par, struct fm_pinner *f, bool helper)
 {
 	struct fm_pinner *p = par->p;
 
@@ -567,408 +461,6 @@ static void fm_par_fill_init(struct fm_par *par, struct fm_pinner *f, bool helpe
 	f->single = p->single;
 	f->mode_known = true;
 	f->ordinary_only = helper;
-}
-
-/* ------------------------------------------------------------------ */
-/* Helpers */
-
-/* A helper is done with the map: reap it (once). Under h->lock. */
-static void fm_par_helper_reap_locked(struct fm_par_helper *h)
-{
-	lockdep_assert_held(&h->lock);
-	if (!h->reaping) {
-		h->reaping = true;
-		queue_work(fm_par_reap_wq, &h->reap);
-	}
-}
-
-/*
- * Reap a detached helper. It asked for it from its own loop (or was
- * killed), so it exits as soon as it is stopped here; one that a stop or
- * freeze caught in between holds up this worker, never the process.
- */
-static void fm_par_reap(struct work_struct *work)
-{
-	struct fm_par_helper *h = container_of(work, struct fm_par_helper, reap);
-
-	fm_compat_user_worker_stop(h->worker);
-	if (h->task)
-		put_task_struct(h->task);
-	kfree(h);
-	module_put(THIS_MODULE);
-}
-
-/*
- * A helper's first run: published for fm_par_wait_helper(), on the CPUs it
- * may use, and, under a real-time caller, SCHED_OTHER: a real-time task's
- * map may use idle CPUs, but bulk page faults at its priority on other
- * CPUs would hold off their real-time tasks, and the caller never waits
- * for a helper that does not run.
- */
-static void fm_par_helper_place(struct fm_par_helper *h, struct fm_par *par)
-{
-	h->placed = true;
-	/* The reference is taken before the pointer is seen. */
-	smp_store_release(&h->task, get_task_struct(current));
-	if (par->narrow)
-		set_cpus_allowed_ptr(current, par->cpus);
-	if (current->policy == SCHED_FIFO || current->policy == SCHED_RR)
-		sched_set_normal(current, task_nice(current));
-}
-
-/* The helper leaves its fill: the caller may be waiting for none to be busy. */
-static void fm_par_leave(struct fm_par *par)
-{
-	spin_lock(&par->lock);
-	par->busy--;
-	spin_unlock(&par->lock);
-	if (wq_has_sleeper(&par->wait))
-		wake_up(&par->wait);
-}
-
-/*
- * A helper's work, called by its worker loop (compat.h) in
- * TASK_INTERRUPTIBLE: fill the next chunk, or return false to sleep until
- * the window moves (fm_par_chunk_consumed()) or the map ends. Once
- * detached it asks to be reaped.
- */
-static bool fm_par_helper_work(void *data)
-{
-	struct fm_par_helper *h = data;
-	struct fm_par_chunk *c = NULL;
-	struct fm_par *par;
-	u64 tok;
-
-	spin_lock(&h->lock);
-	par = h->par;
-	if (!par) {
-		fm_par_helper_reap_locked(h);
-		spin_unlock(&h->lock);
-		return false;
-	}
-	spin_lock(&par->lock);
-	c = fm_par_claim_locked(par, h->id, &tok);
-	if (c)
-		par->busy++;
-	spin_unlock(&par->lock);
-	spin_unlock(&h->lock);
-	if (!c)
-		return false;
-
-	/* Busy: @par lives until fm_par_leave(). */
-	__set_current_state(TASK_RUNNING);
-	if (!h->placed)
-		fm_par_helper_place(h, par);
-	fm_par_fill_ahead(par, &h->fill, c, &c->front, h->id, tok);
-	fm_par_leave(par);
-	return true;
-}
-
-/* The process got a fatal signal: the helper's loop ends, it runs no more. */
-static void fm_par_helper_killed(void *data)
-{
-	struct fm_par_helper *h = data;
-
-	spin_lock(&h->lock);
-	h->dead = true;
-	if (!h->par)
-		fm_par_helper_reap_locked(h);
-	spin_unlock(&h->lock);
-}
-
-/*
- * Helpers for this caller: pin_threads (-1: one fewer than the CPUs they
- * may use, @mask), at most one fewer than the chunks.
- */
-static unsigned int fm_par_helpers_wanted(const struct cpumask *mask, unsigned long nr_chunks)
-{
-	int want = READ_ONCE(fm_pin_threads);
-	unsigned int cpus = cpumask_weight(mask);
-
-	if (!want || (cpus < 2 && !fm_test_build) || nr_chunks < 2)
-		return 0;
-	/* The test build may have more helpers than CPUs (tests/t_parrace.c). */
-	if (want < 0 || (want > cpus - 1 && !fm_test_build))
-		want = cpus - 1;
-	return min3((unsigned long)want, nr_chunks - 1, (unsigned long)FM_PAR_MAX_HELPERS);
-}
-
-/*
- * The next helper: a thread of the caller's process, created by the caller
- * and so in its cgroups, with its policy, nice level and mempolicy; not
- * started yet. Fails where the process may not have another thread.
- */
-static bool fm_par_helper_create(struct fm_par *par)
-{
-	struct fm_par_helper *h = kzalloc(sizeof(*h), GFP_KERNEL_ACCOUNT);
-
-	if (!h)
-		return false;
-	spin_lock_init(&h->lock);
-	INIT_WORK(&h->reap, fm_par_reap);
-	h->par = par;
-	h->id = par->nr_helpers + 1;
-	fm_par_fill_init(par, &h->fill, true);
-	h->worker = fm_compat_user_worker_create(fm_par_helper_work, fm_par_helper_killed, h,
-						 "foliomap-pin");
-	if (!h->worker) {
-		kfree(h);
-		return false;
-	}
-	/* Its code runs until it is reaped, after the map. */
-	__module_get(THIS_MODULE);
-	par->helpers[par->nr_helpers++] = h;
-	return true;
-}
-
-static void fm_par_wake_helpers(struct fm_par *par)
-{
-	unsigned int i;
-
-	for (i = 0; i < par->nr_helpers; i++)
-		fm_compat_user_worker_wake(par->helpers[i]->worker);
-}
-
-/*
- * The map is over and no helper is busy: detach them. Each is woken to see
- * it, and asks to be reaped then (fm_par_helper_work()); a killed one
- * already asked, or is reaped here.
- */
-static void fm_par_detach_helpers(struct fm_par *par)
-{
-	unsigned int i;
-
-	for (i = 0; i < par->nr_helpers; i++) {
-		struct fm_par_helper *h = par->helpers[i];
-
-		spin_lock(&h->lock);
-		h->par = NULL;
-		if (h->dead)
-			fm_par_helper_reap_locked(h);
-		else
-			fm_compat_user_worker_wake(h->worker);
-		spin_unlock(&h->lock);
-		par->helpers[i] = NULL;
-	}
-}
-
-/* ------------------------------------------------------------------ */
-/* Starting */
-
-/*
- * Is the rest of the dma for helpers? Not with hugetlbfs memory, pinned
- * by folio (filepin.c) or by 2 MiB pages, quick either way, nor with
- * device memory, whose lookups are quick and which the charge made ahead
- * would count for nothing. A range with holes fails where it fails, as
- * serially.
- */
-static bool fm_par_range_ok(struct fm_par *par, struct mm_struct *mm)
-{
-	bool ok;
-
-	mmap_read_lock(mm);
-	ok = !fm_range_has_vm_flags(mm, fm_compat_untagged_addr(mm, par->start),
-				    par->npage << PAGE_SHIFT, VM_HUGETLB | VM_PFNMAP | VM_IO);
-	mmap_read_unlock(mm);
-	return ok;
-}
-
-/*
- * Choose the chunk size: about four chunks per thread, between
- * FM_PAR_CHUNK_MIN and FM_PAR_CHUNK_MAX, so that threads finish close
- * together and a chunk is still milliseconds of work.
- */
-static unsigned int fm_par_shift(unsigned long size, unsigned int threads)
-{
-	unsigned long chunk = size / (4 * threads);
-
-	chunk = clamp_t(unsigned long, chunk, FM_PAR_CHUNK_MIN, FM_PAR_CHUNK_MAX);
-	return ilog2(chunk);
-}
-
-static unsigned long fm_par_nr_chunks(struct fm_par *par, unsigned int shift)
-{
-	unsigned long last = par->start + (par->npage << PAGE_SHIFT) - 1;
-
-	return (last >> shift) - (par->start >> shift) + 1;
-}
-
-static void fm_par_free(struct fm_par *par)
-{
-	free_cpumask_var(par->cpus);
-	kfree(par->ring);
-	kfree(par);
-}
-
-/*
- * Where helpers may run: the caller's CPUs or, when its memory goes to the
- * node it runs on (no task mempolicy), those of them on its node.
- */
-static bool fm_par_cpus(struct fm_par *par)
-{
-	if (!zalloc_cpumask_var(&par->cpus, GFP_KERNEL_ACCOUNT))
-		return false;
-	cpumask_copy(par->cpus, current->cpus_ptr);
-	if (!fm_compat_task_mempolicy())
-		cpumask_and(par->cpus, par->cpus, cpumask_of_node(numa_node_id()));
-	par->narrow = !cpumask_equal(par->cpus, current->cpus_ptr);
-	return true;
-}
-
-/*
- * Called by fm_par_consider() for a new mapping, between two batches, when
- * what is left of it (@npage pages from the open run's end) is worth
- * helpers: start them, if the caller may have them. Without (nothing to
- * gain, no memory, no thread) the map goes on serially.
- */
-static void fm_par_start(struct fm_pinner *p, unsigned long npage)
-{
-	struct fm_dma *dma = p->dma;
-	unsigned int helpers, i;
-	struct fm_par *par;
-
-	par = kzalloc(sizeof(*par), GFP_KERNEL_ACCOUNT);
-	if (!par)
-		return;
-	par->p = p;
-	par->own = p->batch;
-	par->start = dma->vaddr + (fm_pinner_next_iova(p) - dma->iova);
-	par->npage = npage;
-	par->stop_at = ULONG_MAX;
-	if (!fm_par_cpus(par)) {
-		kfree(par);
-		return;
-	}
-	helpers = fm_par_helpers_wanted(par->cpus, fm_par_nr_chunks(par, ilog2(FM_PAR_CHUNK_MIN)));
-	if (!helpers || !fm_par_range_ok(par, p->mm)) {
-		fm_par_free(par);
-		return;
-	}
-
-	par->shift = fm_par_shift(npage << PAGE_SHIFT, helpers + 1);
-	par->nr_chunks = fm_par_nr_chunks(par, par->shift);
-	helpers = min_t(unsigned long, helpers, par->nr_chunks - 1);
-	par->window = FM_PAR_WINDOW_PER_THREAD * (helpers + 1);
-	par->ring = kcalloc(par->window, sizeof(*par->ring), GFP_KERNEL_ACCOUNT);
-	if (!par->ring) {
-		fm_par_free(par);
-		return;
-	}
-	for (i = 0; i < par->window; i++) {
-		INIT_LIST_HEAD(&par->ring[i].front.batches);
-		INIT_LIST_HEAD(&par->ring[i].back.batches);
-	}
-	spin_lock_init(&par->lock);
-	init_waitqueue_head(&par->wait);
-	/* Every fill takes the pins the first fill (serial, before) chose. */
-	fm_par_fill_init(par, &par->fill, false);
-
-	/*
-	 * The rest of the map is charged ahead, once; each batch then takes
-	 * its charge from there (fm_par_prepaid()) and fm_par_stop() gives
-	 * back what is left. A charge takes mmap_write_lock, which a charge
-	 * per batch would take between the helpers' faults, stopping them
-	 * each time. The rlimit is checked for the whole rest: a map that
-	 * would not fit goes on serially and fails where a serial map fails,
-	 * so helpers never hold pins beyond the limit.
-	 */
-	if (fm_lock_acct(dma, npage, false)) {
-		fm_par_free(par);
-		return;
-	}
-	par->prepaid = npage;
-
-	while (par->nr_helpers < helpers && fm_par_helper_create(par))
-		;
-	if (!par->nr_helpers) {
-		fm_lock_acct(dma, -(long)par->prepaid, false);
-		fm_par_free(par);
-		return;
-	}
-	p->par = par;
-	for (i = 0; i < par->nr_helpers; i++)
-		fm_compat_user_worker_start(par->helpers[i]->worker);
-}
-
-/*
- * The pin pipeline (pin.c) asks here whether a new mapping of @size may
- * get helpers at all.
- */
-bool fm_par_may(struct fm_pinner *p, size_t size)
-{
-	u64 min = (u64)READ_ONCE(fm_pin_parallel_min_mb) << 20;
-
-	p->probe = (struct fm_par_probe){ .window = FM_PAR_PROBE_PAGES };
-	return fm_compat_have_user_worker() && READ_ONCE(fm_pin_threads) &&
-	       size >= max_t(u64, min, 2 * FM_PAR_CHUNK_MIN);
-}
-
-/*
- * Is the rest of the dma (@left pages from @vaddr) mostly not present in
- * the page tables, memory never touched? Or present, and only slow to pin
- * because every page needs a write fault: copy-on-write after fork(), the
- * zero page. Each such fault must flush the TLB of every CPU the mm runs
- * on, which helpers would add to, so that memory stays serial. A few pages
- * spread over the rest are looked up with GUP-fast, which takes no lock
- * and faults nothing.
- */
-static bool fm_par_rest_absent(struct fm_pinner *p, unsigned long vaddr, unsigned long left)
-{
-	unsigned long step = max(left / FM_PAR_PRESENT_SAMPLES, 1UL), i, absent = 0, n = 0;
-
-	for (i = 0; i < left; i += step, n++) {
-		struct page *page;
-
-		if (get_user_pages_fast_only(vaddr + (i << PAGE_SHIFT), 1, 0, &page) == 1)
-			put_page(page);
-		else
-			absent++;
-	}
-	return absent * 2 > n;
-}
-
-/*
- * After each batch of a mapping fm_par_may() let through, with @left pages
- * to go: judge a window of pages (FM_PAR_PROBE_PAGES, twice as many after
- * each window found not worth it, so that a long map judges a few times,
- * not once per window) by what pinning them took, and start
- * helpers for the rest once it is work worth sharing:
- *   - memory GUP-fast could not pin (the locked walk did half of it or
- *     more) and whose rest is not present: never touched, so the walk
- *     faults in and zeroes it, which parallelizes;
- *   - memory GUP-fast pinned in small folios (fewer than FM_PAR_SMALL_FOLIO
- *     pages on average, as charge.c counts them): GUP's work is per page.
- * Present memory in large folios pins in microseconds per GiB, far less
- * than helpers cost to start, and present memory that needs write faults
- * (fm_par_rest_absent()) gains nothing: both stay serial. Not timed: a
- * clock in the decision would make it depend on noise. Returns true to be
- * asked again after the next batch.
- */
-bool fm_par_consider(struct fm_pinner *p, unsigned long left)
-{
-	struct fm_par_probe *pr = &p->probe;
-	unsigned long done = (p->dma->size >> PAGE_SHIFT) - left;
-	unsigned long window = done - pr->done;
-	bool worth;
-
-	if (window < pr->window)
-		return true;
-	/* Helpers share the caller's mm: only for the caller's own memory. */
-	if (p->mm != current->mm)
-		return false;
-	if (pr->slow * 2 >= window)
-		worth = fm_par_rest_absent(p, p->dma->vaddr + (done << PAGE_SHIFT), left);
-	else
-		worth = window < FM_PAR_SMALL_FOLIO * max(pr->segs, 1UL);
-	pr->done = done;
-	pr->segs = 0;
-	pr->slow = 0;
-	if (!worth) {
-		pr->window *= 2;
-		return true;
-	}
-	fm_par_start(p, left);
-	return false;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1100,7 +592,8 @@ long fm_par_next(struct fm_pinner *p)
 		ahead = fm_par_claim_locked(par, FM_PAR_CALLER, &atok);
 		if (ahead) {
 			spin_unlock(&par->lock);
-			fm_par_fill_ahead(par, &par->fill, ahead, &ahead->front, FM_PAR_CALLER, atok);
+			fm_par_fill_ahead(par, &par->fill, ahead, &ahead->front, FM_PAR_CALLER,
+					  atok);
 			continue;
 		}
 		if (fm_seg_split(par, c)) {
@@ -1186,18 +679,9 @@ void fm_par_stop(struct fm_pinner *p, bool mapped)
 	fm_par_free(par);
 }
 
-/* The workqueue that reaps helpers after their map (main.c). */
-int fm_par_init(void)
+void fm_par_free(struct fm_par *par)
 {
-	if (!fm_compat_have_user_worker())
-		return 0;
-	fm_par_reap_wq = alloc_workqueue("foliomap_reap", WQ_UNBOUND, 0);
-	return fm_par_reap_wq ? 0 : -ENOMEM;
-}
-
-/* Every helper was reaped (each held a module reference): nothing is queued. */
-void fm_par_exit(void)
-{
-	if (fm_par_reap_wq)
-		destroy_workqueue(fm_par_reap_wq);
+	free_cpumask_var(par->cpus);
+	kfree(par->ring);
+	kfree(par);
 }

@@ -9,6 +9,7 @@
  *   charge.c   charge a batch to the owner's locked memory (and every other
  *              locked-memory change: unmap, pin_pages, change of owner)
  *   parallel.c a large MAP_DMA: batches filled ahead by helper threads
+ *              (helper.c, parstart.c; their own state: parallel.h)
  *   run.c      grow the open run across batches, map it into the domains
  *   record.c   the run record: the runs a mapping was mapped with
  *   replay.c   fill a new domain from the mappings already there

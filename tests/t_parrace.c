@@ -376,8 +376,10 @@ TEST(race_pfnmap_after_split)
  * after landing its chunk k; the caller consumes chunk k, and helper 2
  * claims chunk k + window, which lives in the same ring slot, and is held
  * before its fill. Helper 1 then goes on: it must not touch the slot it
- * no longer owns. Then helper 2. Up to eight maps, until helper 2 is the
- * one to claim that chunk (the caller may claim it first).
+ * no longer owns: the caller, coming to helper 2's chunk, must not split
+ * it where helper 2's batch in flight starts (that batch forgotten). Then
+ * helper 2. Up to eight maps, until helper 2 is the one to claim that
+ * chunk (the caller may claim it first).
  */
 TEST(race_recycled_slot)
 {
@@ -395,6 +397,7 @@ TEST(race_recycled_slot)
 		struct th_call call;
 		unsigned long at, target;
 		size_t must[2];
+		bool split;
 
 		PZ("clear");
 		PZ("arm 1 landed 1");
@@ -417,8 +420,14 @@ TEST(race_recycled_slot)
 			 * time to get there, then let helper 2 land.
 			 */
 			PZ("arm 0 split 1 %lx", target);
+			split = pz_wait_held(0, "split", 3000, NULL);
 			th_diag("the caller %s helper 2's chunk at its start",
-				pz_wait_held(0, "split", 3000, NULL) ? "split" : "did not split");
+				split ? "split" : "did not split");
+			/*
+			 * A split leaves the front the batch in flight: one at
+			 * the chunk's start means that batch was forgotten.
+			 */
+			EXPECT_FALSE(split);
 			PZ("release %d fill", PR_ANY_HELPER);
 		}
 		PZ("clear");
