@@ -78,14 +78,17 @@ static void fm_par_helper_place(struct fm_par_helper *h, struct fm_par *par)
 		sched_set_normal(current, task_nice(current));
 }
 
-/* The helper leaves its fill: the caller may be waiting for none to be busy. */
+/*
+ * The helper leaves its fill: the caller may be waiting for none to be
+ * busy. The wake-up is made under par->lock, the helper's last touch of
+ * the map: the caller frees it only after seeing !busy under that lock.
+ */
 static void fm_par_leave(struct fm_par *par)
 {
 	spin_lock(&par->lock);
-	par->busy--;
-	spin_unlock(&par->lock);
-	if (wq_has_sleeper(&par->wait))
+	if (!--par->busy && par->stopping)
 		wake_up(&par->wait);
+	spin_unlock(&par->lock);
 }
 
 /*
