@@ -614,6 +614,21 @@ static inline long long th_kind_pins(enum vu_mem_kind kind, size_t size)
 
 
 /*
+ * @mod's reference count once it is back to @want, or after 5 s: a dead
+ * process's foliomap helper threads hold the module until a kernel worker
+ * reaps them, a moment after the process is gone (kmod/helper.c).
+ */
+static inline long th_module_refcnt_back(const char *mod, long want)
+{
+	long n;
+	int i;
+
+	for (i = 0; (n = vu_module_refcnt(mod)) != want && i < 500; i++)
+		usleep(10000);
+	return n;
+}
+
+/*
  * A forked child that reports back through a pipe: th_fork() returns
  * true in the child, which does its part and ends with th_child_reply()
  * (@len bytes to the parent, exit 0; exit 2 if the write fails); the

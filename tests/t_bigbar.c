@@ -204,7 +204,7 @@ TEST(bigbar_killed_mid_map)
 	close(ready[0]);
 	close(done[0]);
 	/* The child's container is gone, and the group serves a new one. */
-	EXPECT_EQ(vu_module_refcnt(mod), ref0);
+	EXPECT_EQ(th_module_refcnt_back(mod, ref0), ref0);
 	EXPECT_PINS_VMLCK(0, 0);
 	{
 		long ref;

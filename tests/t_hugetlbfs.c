@@ -658,7 +658,7 @@ TEST(memfd2m_killed_during_large_map)
 	EXPECT_LT(faulted, nfolios);
 	/* container and memfd went with the process: every folio is free again */
 	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(vu_module_refcnt(th_backend_module()), refcnt0);
+	EXPECT_EQ(th_module_refcnt_back(th_backend_module(), refcnt0), refcnt0);
 	for (i = 0; i < 200; i++) {
 		fr = vu_read_number(FREE_2M);
 		if (fr == free0)

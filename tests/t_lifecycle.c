@@ -179,7 +179,7 @@ TEST(lc_killed_during_large_map)
 	EXPECT_LT(at_kill, (long long)(size / SZ_4K));
 	/* the container went away with the process: everything released */
 	EXPECT_EQ(th_pins(t), 0);
-	EXPECT_EQ(vu_module_refcnt(th_backend_module()), refcnt0);
+	EXPECT_EQ(th_module_refcnt_back(th_backend_module(), refcnt0), refcnt0);
 	/* the group is free again and works */
 	{
 		int gfd, c = th_container_of(t, VFIO_TYPE1v2_IOMMU, groups, 1, &gfd);
