@@ -169,12 +169,22 @@ bool fm_par_helper_create(struct fm_par *par)
 	return true;
 }
 
+/*
+ * Wake the helpers to look for work. Under h->lock a helper that is not
+ * dead has not passed its SIGKILL callback, so its task is still there.
+ */
 void fm_par_wake_helpers(struct fm_par *par)
 {
 	unsigned int i;
 
-	for (i = 0; i < par->nr_helpers; i++)
-		fm_compat_user_worker_wake(par->helpers[i]->worker);
+	for (i = 0; i < par->nr_helpers; i++) {
+		struct fm_par_helper *h = par->helpers[i];
+
+		spin_lock(&h->lock);
+		if (!h->dead)
+			fm_compat_user_worker_wake(h->worker);
+		spin_unlock(&h->lock);
+	}
 }
 
 /*
