@@ -141,7 +141,7 @@ int fm_batch_charge(struct fm_pinner *p)
 		while (left) {
 			unsigned long len = fm_folio_segment(pfn, left);
 
-			p->probe.segs++;	/* parallel.c: folio size */
+			p->probe.segs++;	/* parstart.c: folio size */
 			/*
 			 * Reserved pages are not charged (GUP still pins them,
 			 * see fm_release_run()). A driver that reserves a

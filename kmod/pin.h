@@ -58,9 +58,9 @@ struct fm_batch {
 };
 
 /*
- * What parallel.c judges a new mapping by, since @done pages: the fill
+ * What parstart.c judges a new mapping by, since @done pages: the fill
  * counts the pages it did not pin with GUP-fast (@slow, batch.c), the
- * charge the folio segments it met (@segs, charge.c). Only parallel.c
+ * charge the folio segments it met (@segs, charge.c). Only parstart.c
  * reads them.
  */
 struct fm_par_probe {
