@@ -32,6 +32,15 @@ struct mt {
 	char *shared_mem[NSHARED];
 	char *private_mem[NTHREADS][NPRIVATE];
 	atomic_llong mapped, unmapped;		/* bytes */
+	/*
+	 * v2: the shared slots' operations under one lock, against a model of
+	 * which are mapped, so that each answer is checked exactly (a map
+	 * -EEXIST only over a mapped neighbour, an unmap -EINVAL only where it
+	 * would split one); they still race the private slots'. v1 (whose
+	 * unmap of a split range is loosely defined) runs them unlocked.
+	 */
+	pthread_mutex_t shared_lock;
+	bool shared_have[NSHARED];
 	atomic_int bad;
 	char why[256];
 };
@@ -84,22 +93,48 @@ static void *mt_thread(void *p)
 			break;
 		case 2:	/* map an overlapping shared slot: success or -EEXIST */
 			k = rand_r(&seed) % NSHARED;
+			if (mt->v2)
+				pthread_mutex_lock(&mt->shared_lock);
 			ret = vu_map(mt->c, SHARED_BASE + k * 4 * SZ_4K, mt->shared_mem[k], slot, RW);
-			if (ret && ret != -EEXIST)
+			if (mt->v2) {
+				/* S_k overlaps S_k-1 and S_k+1 */
+				bool busy = mt->shared_have[k] || (k > 0 && mt->shared_have[k - 1]) ||
+					    (k + 1 < NSHARED && mt->shared_have[k + 1]);
+
+				if (ret != (busy ? -EEXIST : 0))
+					mt_bad(mt, "shared map: %lld (slot %lld)", ret, k);
+				if (!ret)
+					mt->shared_have[k] = true;
+				pthread_mutex_unlock(&mt->shared_lock);
+			} else if (ret && ret != -EEXIST) {
 				mt_bad(mt, "shared map: %lld (slot %lld)", ret, k);
+			}
 			if (!ret)
 				atomic_fetch_add(&mt->mapped, slot);
 			break;
 		case 3:	/*
 			 * unmap a shared slot: all of one mapping or nothing;
-			 * v2 refuses a range that would split a neighbour
+			 * v2 refuses a range that would split a neighbour, and
+			 * only that
 			 */
 			k = rand_r(&seed) % NSHARED;
+			if (mt->v2)
+				pthread_mutex_lock(&mt->shared_lock);
 			ret = vu_unmap(mt->c, SHARED_BASE + k * 4 * SZ_4K, slot, 0, &done);
-			if (ret == -EINVAL && mt->v2)
-				break;
-			if (ret || (done != 0 && done != slot))
+			if (mt->v2) {
+				bool split = (k > 0 && mt->shared_have[k - 1]) ||
+					     (k + 1 < NSHARED && mt->shared_have[k + 1]);
+
+				if (split ? ret != -EINVAL :
+				    ret || done != (mt->shared_have[k] ? slot : 0))
+					mt_bad(mt, split ? "shared unmap over a neighbour's edge: %lld, size %lld" :
+					       "shared unmap: %lld, size %lld", ret, done);
+				if (!ret)
+					mt->shared_have[k] = false;
+				pthread_mutex_unlock(&mt->shared_lock);
+			} else if (ret || (done != 0 && done != slot)) {
 				mt_bad(mt, "shared unmap: %lld, size %lld", ret, done);
+			}
 			if (!ret)
 				atomic_fetch_add(&mt->unmapped, done);
 			break;
@@ -118,6 +153,7 @@ TEST_V12(lc_threads_map_unmap)
 	int i, j;
 
 	ASSERT_TRUE(mt != NULL);
+	ASSERT_EQ(pthread_mutex_init(&mt->shared_lock, NULL), 0);
 	mt->c = c;
 	mt->v2 = t->v2;
 	for (i = 0; i < NSHARED; i++)
