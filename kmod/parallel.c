@@ -518,7 +518,7 @@ static bool fm_par_owes(struct fm_par *par, struct fm_par_seg *g, u64 tok)
 static void fm_par_wait_helper(struct fm_par *par, struct fm_par_seg *g, unsigned int who,
 			       u64 tok)
 {
-	/* Pairs with fm_par_helper_place(): its reference is taken before. */
+	/* Pairs with fm_par_helper_place() (helper.c): the reference comes first. */
 	struct task_struct *t = smp_load_acquire(&par->helpers[who - 1]->task);
 
 	while (t && owner_on_cpu(t) && !fatal_signal_pending(current) &&
