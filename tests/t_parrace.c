@@ -51,22 +51,28 @@
 /* ------------------------------------------------------------------ */
 /* the pause points */
 
+/* Write @s to @path: 0 or -errno. */
+static int pr_write_file(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY), ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (write(fd, s, strlen(s)) != (ssize_t)strlen(s))
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
 static int pz_cmd(const char *fmt, ...)
 {
 	char buf[96];
 	va_list ap;
-	int fd, n, ret = 0;
 
 	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	fd = open(PZ_FILE, O_WRONLY);
-	if (fd < 0)
-		return -errno;
-	if (write(fd, buf, n) != n)
-		ret = -errno;
-	close(fd);
-	return ret;
+	return pr_write_file(PZ_FILE, buf);
 }
 
 #define PZ(...)	ASSERT_EQ(pz_cmd(__VA_ARGS__), 0)
@@ -510,18 +516,6 @@ static pid_t pr_helper_tid(pid_t pid)
 	}
 	closedir(d);
 	return tid;
-}
-
-static int pr_write_file(const char *path, const char *s)
-{
-	int fd = open(path, O_WRONLY), ret = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (write(fd, s, strlen(s)) != (ssize_t)strlen(s))
-		ret = -errno;
-	close(fd);
-	return ret;
 }
 
 /* "frozen 1" in @cg's cgroup.events within @ms. */
